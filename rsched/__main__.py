@@ -1,0 +1,3 @@
+from rsched.cli.main import main
+
+main()

@@ -1,0 +1,192 @@
+"""`rsched` entry point: global options, lazy subcommands, the one place that
+maps exceptions to messages and exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from rsched import __version__
+from rsched.errors import ExitCode, RschedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.client import Rsched
+    from rsched.config import Settings
+
+FORMATS = ("table", "plain", "json")
+
+# name -> "module:attribute"; imported only when the command runs (cheap cold start).
+COMMANDS: dict[str, str] = {
+    "add": "rsched.cli.tasks_cmds:add",
+    "cancel": "rsched.cli.tasks_cmds:cancel",
+    "list": "rsched.cli.tasks_cmds:list_cmd",
+    "show": "rsched.cli.tasks_cmds:show",
+    "queues": "rsched.cli.tasks_cmds:queues",
+    "requeue-stale": "rsched.cli.tasks_cmds:requeue_stale",
+    "dead": "rsched.cli.tasks_cmds:dead",
+    "retry": "rsched.cli.tasks_cmds:retry",
+    "purge": "rsched.cli.tasks_cmds:purge",
+    "run": "rsched.cli.run_cmds:run",
+    "exec": "rsched.cli.cron_cmds:exec_cmd",
+    "locks": "rsched.cli.cron_cmds:locks",
+    "unlock": "rsched.cli.cron_cmds:unlock",
+    "crons": "rsched.cli.cron_cmds:crons",
+    "pause": "rsched.cli.cron_cmds:pause",
+    "resume": "rsched.cli.cron_cmds:resume",
+    "history": "rsched.cli.cron_cmds:history",
+    "server": "rsched.cli.ops_cmds:server",
+    "doctor": "rsched.cli.ops_cmds:doctor",
+    "metrics": "rsched.cli.ops_cmds:metrics",
+    "top": "rsched.cli.ops_cmds:top",
+    "demo": "rsched.cli.ops_cmds:demo",
+    "bench": "rsched.cli.ops_cmds:bench",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            mod, attr = self.lazy[cmd_name].split(":")
+            cmd = getattr(importlib.import_module(mod), attr)
+            assert isinstance(cmd, click.Command), cmd_name
+            return cmd
+        return super().get_command(ctx, cmd_name)
+
+
+class App:
+    """What every command gets as ``ctx.obj``: settings, a connection (opened
+    on first use), the output format and verbosity."""
+
+    def __init__(self, redis_url: str | None, namespace: str | None, config: str | None,
+                 fmt: str | None, verbose: int, quiet: bool):
+        self._redis_url = redis_url
+        self._namespace = namespace
+        self._config = config
+        self.fmt = fmt or "table"
+        self.verbose = verbose
+        self.quiet = quiet
+
+    @cached_property
+    def settings(self) -> Settings:
+        from rsched.config import resolve
+
+        return resolve(self._redis_url, self._namespace, self._config)
+
+    @cached_property
+    def rs(self) -> Rsched:
+        from rsched.client import Rsched
+
+        return Rsched.from_settings(self.settings)
+
+    @property
+    def json(self) -> bool:
+        return self.fmt == "json"
+
+    def info(self, message: str) -> None:
+        """A diagnostic for people (stderr), silenced by -q."""
+        if not self.quiet:
+            click.echo(message, err=True)
+
+    def debug(self, message: str) -> None:
+        if self.verbose and not self.quiet:
+            click.echo(message, err=True)
+
+
+def _set_format(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is None or value is False:
+        return value
+    app = ctx.find_object(App)
+    if app is not None:
+        app.fmt = "json" if param.name == "json_flag" else value
+    return value
+
+
+def output_options(f: Any) -> Any:
+    """``--format`` / ``--json`` after the command (``rsched list --json``)."""
+    f = click.option("--json", "json_flag", is_flag=True, default=False, expose_value=False,
+                     callback=_set_format, help="Print JSON (same as --format json).")(f)
+    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, expose_value=False,
+                     callback=_set_format, help="Output format.")(f)
+    return f
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--redis-url", envvar=None, metavar="URL",
+              help="redis://, rediss:// (TLS) or unix:// URL [env RSCHED_REDIS_URL, REDIS_URL; "
+                   "default redis://localhost:6379/0]. Keep passwords out of argv: use "
+                   "RSCHED_REDIS_PASSWORD or redis.password_file.")
+@click.option("--namespace", metavar="NS", help="Key prefix [env RSCHED_NAMESPACE; default rsched].")
+@click.option("--config", "config", metavar="FILE",
+              help="TOML config [env RSCHED_CONFIG; default ./rsched.toml, then $XDG_CONFIG_HOME/rsched/config.toml].")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format [default table].")
+@click.option("--json", "json_flag", is_flag=True, help="Print JSON (same as --format json).")
+@click.option("-v", "--verbose", count=True, help="More detail on stderr; tracebacks on errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@click.version_option(__version__, "--version", prog_name="rsched")
+@click.pass_context
+def cli(ctx: click.Context, redis_url: str | None, namespace: str | None, config: str | None,
+        fmt: str | None, json_flag: bool, verbose: int, quiet: bool) -> None:
+    """Distributed scheduled tasks on Redis: cron that fires once per tick across
+    hosts, delayed tasks that survive crashes, and the tools to see and repair them.
+
+    \b
+    Exit codes: 0 ok, 1 failure, 2 usage error or bad input, 3 not found,
+    4 conflict, 69 Redis unreachable or auth refused, 75 lock held,
+    78 configuration error, 130 interrupted.
+    """
+    ctx.obj = App(redis_url, namespace, config, "json" if json_flag else fmt, verbose, quiet)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry: run the CLI, map errors to one line and an exit code."""
+    verbose = any(a in ("-v", "--verbose", "-vv") for a in (argv if argv is not None else sys.argv[1:]))
+    try:
+        rc = cli.main(args=argv, prog_name="rsched", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        rc = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        rc = exc.exit_code  # 2 for usage errors
+    except click.Abort:
+        click.echo("rsched: interrupted", err=True)
+        rc = ExitCode.INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("rsched: interrupted", err=True)
+        rc = ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # stdout closed early (| head): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        rc = ExitCode.OK
+    except Exception as exc:  # the one place library errors become exit codes
+        from rsched.scripts import map_error
+
+        err = map_error(exc)
+        if verbose:
+            import traceback
+
+            traceback.print_exception(exc)
+        if isinstance(err, RschedError):
+            click.echo(f"rsched: error: {err}", err=True)
+            rc = err.exit_code
+        else:
+            click.echo(f"rsched: internal error: {type(exc).__name__}: {exc} (run with -v for details)", err=True)
+            rc = ExitCode.FAILURE
+    sys.exit(int(rc or 0))

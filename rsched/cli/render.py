@@ -1,0 +1,70 @@
+"""The one renderer for everything tabular: tabulate for people, JSON for
+scripts (data on stdout, diagnostics on stderr)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+Column = tuple[str, Callable[[Any], Any]]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(dumps(value))
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, dict | list):
+        return dumps(v)
+    return str(v)
+
+
+def table(rows: Sequence[Any], columns: Sequence[Column], fmt: str, *,
+          to_json: Callable[[Any], Any] | None = None, empty: str | None = None) -> None:
+    """Print ``rows``: a JSON array (``to_json`` per row), a table, or tab-separated plain text."""
+    if fmt == "json":
+        emit_json([to_json(r) if to_json else r for r in rows])
+        return
+    cells = [[_cell(fn(r)) for _, fn in columns] for r in rows]
+    if fmt == "plain":
+        for c in cells:
+            click.echo("\t".join(c))
+        return
+    if not rows:
+        if empty:
+            click.echo(empty, err=True)
+        return
+    from tabulate import tabulate
+
+    click.echo(tabulate(cells, headers=[h for h, _ in columns], tablefmt="simple", disable_numparse=True))
+
+
+def record(obj: dict[str, Any], fmt: str, *, rows: Sequence[tuple[str, Any]] | None = None) -> None:
+    """Print one object: JSON object, or a two-column key/value table."""
+    if fmt == "json":
+        emit_json(obj)
+        return
+    items = rows if rows is not None else list(obj.items())
+    if fmt == "plain":
+        for k, v in items:
+            click.echo(f"{k}\t{_cell(v)}")
+        return
+    from tabulate import tabulate
+
+    click.echo(tabulate([[k, _cell(v)] for k, v in items], tablefmt="plain", disable_numparse=True))
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

@@ -1,0 +1,20 @@
+"""`rsched run ...`: the long-running loops."""
+
+from __future__ import annotations
+
+import click
+
+from rsched.cli.main import LazyGroup
+
+RUN_COMMANDS = {
+    "consumer": "rsched.cli.consumer_cmd:consumer",
+    "cron": "rsched.cli.cron_cmds:run_cron",
+}
+
+
+@click.group(cls=LazyGroup, lazy=RUN_COMMANDS)
+def run() -> None:
+    """Run a loop: a ZSet consumer or a lock-guarded cron runner.
+
+    Both stop cleanly on SIGTERM/SIGINT and support systemd Type=notify.
+    """

@@ -1,0 +1,190 @@
+"""Every Redis key rsched uses is built here, and nowhere else.
+
+All keys of one queue (or one cron, or one lock) share a hash tag, so that a
+Lua script touching them works on Redis Cluster:
+
+    {ns}:{q:QUEUE}:sched       ZSET  member "TYPE ID" -> due time (ms)
+    {ns}:{q:QUEUE}:proc        ZSET  member -> lease expiry (ms)
+    {ns}:{q:QUEUE}:dead        ZSET  member -> time it died (ms)
+    {ns}:{q:QUEUE}:tasks       HASH  member -> record (JSON array, see tasks.py)
+    {ns}:{q:QUEUE}:wake        ZSET  the wake-up marker idle consumers BZPOPMIN on
+    {ns}:{q:QUEUE}:seq         STRING claim-token counter
+    {ns}:{q:QUEUE}:paused      STRING present while the queue is paused
+    {ns}:{q:QUEUE}:consumers   ZSET  consumer id -> registration expiry (ms)
+    {ns}:{q:QUEUE}:history     STREAM execution records (capped)
+    {ns}:{q:QUEUE}:stats       HASH  run counters for metrics
+
+    {ns}:{c:NAME}:...          the keys of one cron job (see cron.py)
+    {ns}:{l:NAME}:lock / :fence  one lock and its fencing counter
+
+    {ns}:queues, {ns}:crons    registries (SETs) of known names, for listings
+
+A TYPE never contains whitespace and an ID never does either, so "TYPE ID" is
+an unambiguous member.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def member(task_type: str, task_id: str) -> str:
+    return f"{task_type} {task_id}"
+
+
+def split_member(m: str) -> tuple[str, str]:
+    t, _, i = m.partition(" ")
+    return t, i
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    name: str
+    prefix: str
+
+    def _k(self, suffix: str) -> str:
+        return f"{self.prefix}:{suffix}"
+
+    @property
+    def sched(self) -> str:
+        return self._k("sched")
+
+    @property
+    def proc(self) -> str:
+        return self._k("proc")
+
+    @property
+    def dead(self) -> str:
+        return self._k("dead")
+
+    @property
+    def tasks(self) -> str:
+        return self._k("tasks")
+
+    @property
+    def wake(self) -> str:
+        return self._k("wake")
+
+    @property
+    def seq(self) -> str:
+        return self._k("seq")
+
+    @property
+    def paused(self) -> str:
+        return self._k("paused")
+
+    @property
+    def consumers(self) -> str:
+        return self._k("consumers")
+
+    @property
+    def history(self) -> str:
+        return self._k("history")
+
+    @property
+    def stats(self) -> str:
+        return self._k("stats")
+
+
+@dataclass(frozen=True)
+class CronKeys:
+    name: str
+    prefix: str
+
+    def _k(self, suffix: str) -> str:
+        return f"{self.prefix}:{suffix}"
+
+    @property
+    def ticks(self) -> str:
+        """ZSET fire_ms -> claim time: every tick claimed, kept for a while."""
+        return self._k("ticks")
+
+    @property
+    def state(self) -> str:
+        """HASH: schedule, tz, last fire/result/host, ..."""
+        return self._k("state")
+
+    @property
+    def runners(self) -> str:
+        """ZSET runner id -> registration expiry (ms)."""
+        return self._k("runners")
+
+    @property
+    def run_lock(self) -> str:
+        return self._k("lock")
+
+    @property
+    def fence(self) -> str:
+        return self._k("fence")
+
+    @property
+    def paused(self) -> str:
+        return self._k("paused")
+
+    @property
+    def shards(self) -> str:
+        """HASH fire_ms:shard -> owner/state for sharded ticks."""
+        return self._k("shards")
+
+    @property
+    def history(self) -> str:
+        return self._k("history")
+
+    @property
+    def stats(self) -> str:
+        return self._k("stats")
+
+
+@dataclass(frozen=True)
+class LockKeys:
+    name: str
+    prefix: str
+
+    @property
+    def lock(self) -> str:
+        return f"{self.prefix}:lock"
+
+    @property
+    def fence(self) -> str:
+        return f"{self.prefix}:fence"
+
+    @property
+    def history(self) -> str:
+        return f"{self.prefix}:history"
+
+    @property
+    def ticks(self) -> str:
+        """ZSET of ticks claimed by `exec --once-per`."""
+        return f"{self.prefix}:ticks"
+
+
+class Keys:
+    """Key builder for one namespace."""
+
+    def __init__(self, namespace: str = "rsched"):
+        self.ns = namespace
+
+    def queue(self, name: str) -> QueueKeys:
+        return QueueKeys(name, f"{self.ns}:{{q:{name}}}")
+
+    def cron(self, name: str) -> CronKeys:
+        return CronKeys(name, f"{self.ns}:{{c:{name}}}")
+
+    def lock(self, name: str) -> LockKeys:
+        return LockKeys(name, f"{self.ns}:{{l:{name}}}")
+
+    @property
+    def queues(self) -> str:
+        return f"{self.ns}:queues"
+
+    @property
+    def crons(self) -> str:
+        return f"{self.ns}:crons"
+
+    def lock_scan_pattern(self) -> str:
+        return f"{self.ns}:{{l:*}}:lock"
+
+    def lock_name_from_key(self, key: str) -> str:
+        # "{ns}:{l:NAME}:lock"
+        start = len(self.ns) + 4
+        return key[start : -len("}:lock")]

@@ -1,0 +1,41 @@
+-- fragment: move tasks whose lease expired back to the due set, or to the dead
+-- set when they have used all their attempts. Needs _now.lua and _record.lua.
+-- Returns requeued, dead, and whether more stale entries remain past `limit`.
+local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, dry, defmax)
+  local stale = redis.call('ZRANGEBYSCORE', proc, '-inf', now, 'LIMIT', 0, limit + 1)
+  local more = 0
+  if #stale > limit then
+    more = 1
+    stale[#stale] = nil
+  end
+  local requeued, died = 0, 0
+  for _, m in ipairs(stale) do
+    local raw = redis.call('HGET', tasks, m)
+    if not raw then
+      if not dry then redis.call('ZREM', proc, m) end
+    else
+      local r = cjson.decode(raw)
+      local maxa = eff_max(r, defmax)
+      local is_dead = tonumber(r[P_ATTEMPTS]) >= maxa
+      if is_dead then died = died + 1 else requeued = requeued + 1 end
+      if not dry then
+        local lost_token = r[P_TOKEN]
+        redis.call('ZREM', proc, m)
+        r[P_TOKEN] = ''
+        if is_dead then
+          r[P_ERROR] = 'lease expired (attempt ' .. r[P_ATTEMPTS] .. ' of ' .. maxa .. ')'
+          redis.call('ZADD', dead, now, m)
+        else
+          r[P_ERROR] = 'lease expired (attempt ' .. r[P_ATTEMPTS] .. ')'
+          redis.call('ZADD', sched, now, m)
+        end
+        redis.call('HSET', tasks, m, cjson.encode(r))
+        local t, id = string.match(m, '^(%S+) (.*)$')
+        history(hist, maxlen, {kind = 'task', queue = queue, type = t, id = id,
+          fire_at = r[P_DUE], finished_at = now, result = 'lost', attempt = r[P_ATTEMPTS],
+          token = lost_token, error = r[P_ERROR]})
+      end
+    end
+  end
+  return requeued, died, more
+end

@@ -1,0 +1,79 @@
+-- claim-9: claim up to N due tasks for one consumer, by the server's clock.
+-- Also registers the consumer and reaps expired leases (bounded), so a
+-- running consumer is its own sweeper; the script is atomic, so two
+-- consumers can never reap or claim the same entry.
+--
+-- KEYS[1] sched      ZSET member -> due (ms)
+-- KEYS[2] proc       ZSET member -> lease expiry (ms)
+-- KEYS[3] dead       ZSET member -> died at (ms)
+-- KEYS[4] tasks      HASH member -> record
+-- KEYS[5] wake       ZSET wake-up marker
+-- KEYS[6] seq        STRING claim-token counter
+-- KEYS[7] paused     STRING present while the queue is paused
+-- KEYS[8] consumers  ZSET consumer id -> registration expiry (ms)
+-- KEYS[9] history    STREAM execution records
+-- ARGV[1] max        integer, tasks to claim at most (0 = only register/reap)
+-- ARGV[2] lease      integer ms
+-- ARGV[3] consumer   consumer id string
+-- ARGV[4] ttl        integer ms the registration lasts
+-- ARGV[5] reap       integer, stale leases to reap at most in this call
+-- ARGV[6] maxlen     integer, history cap
+-- ARGV[7] queue      queue name (for history records)
+-- ARGV[8] defmax     integer, max attempts for tasks added without one (record holds 0)
+-- Returns {now, next_due|-1, next_lease_expiry|-1, paused 0|1, reaped_requeued, reaped_dead,
+--          then 7 entries per claimed task: member, payload, attempt, max_attempts, token, due, last_error}
+--@include _now.lua
+--@include _record.lua
+--@include _reap.lua
+--@include _types.lua
+
+local bad = check_types({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[8], 'zset', KEYS[9], 'stream'})
+if bad then return bad end
+local maxc = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+local now = now_ms()
+
+redis.call('ZADD', KEYS[8], now + tonumber(ARGV[4]), ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+
+local rq, rd = reap(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], now, tonumber(ARGV[5]), ARGV[6], ARGV[7], false, tonumber(ARGV[8]))
+local paused = redis.call('EXISTS', KEYS[7])
+local out = {now, -1, -1, paused, rq, rd}
+
+if paused == 0 and maxc > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, maxc)
+  if #due > 0 then
+    redis.call('ZREM', KEYS[1], unpack(due))
+    local last = redis.call('INCRBY', KEYS[6], #due)
+    local first = last - #due
+    local expiry = now + lease
+    for i, m in ipairs(due) do
+      local raw = redis.call('HGET', KEYS[4], m)
+      if raw then
+        local r = cjson.decode(raw)
+        r[P_ATTEMPTS] = tonumber(r[P_ATTEMPTS]) + 1
+        local tok = string.format('%d', first + i)
+        r[P_TOKEN] = tok
+        redis.call('HSET', KEYS[4], m, cjson.encode(r))
+        redis.call('ZADD', KEYS[2], expiry, m)
+        out[#out + 1] = m
+        out[#out + 1] = r[P_PAYLOAD]
+        out[#out + 1] = r[P_ATTEMPTS]
+        out[#out + 1] = eff_max(r, tonumber(ARGV[8]))
+        out[#out + 1] = tok
+        out[#out + 1] = r[P_DUE]
+        out[#out + 1] = r[P_ERROR]
+      end
+    end
+  end
+end
+
+local f = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if f[2] then out[2] = tonumber(f[2]) end
+local l = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if l[2] then out[3] = tonumber(l[2]) end
+-- More is due than this consumer took: wake another idle consumer.
+if paused == 0 and out[2] ~= -1 and out[2] <= now then
+  redis.call('ZADD', KEYS[5], now, 'w')
+end
+return out

@@ -1,0 +1,53 @@
+-- fail-7: a run failed: retry the task after a backoff, or dead-letter it
+-- when it has used all its attempts. Owner-checked by claim token.
+--
+-- KEYS[1] sched    ZSET member -> due
+-- KEYS[2] proc     ZSET member -> lease expiry
+-- KEYS[3] dead     ZSET member -> died at
+-- KEYS[4] tasks    HASH member -> record
+-- KEYS[5] history  STREAM execution records
+-- KEYS[6] stats    HASH counters
+-- KEYS[7] wake     ZSET wake-up marker
+-- ARGV[1] maxlen   integer, history cap
+-- ARGV[2] member
+-- ARGV[3] token
+-- ARGV[4] error    text (exit status and the last lines of stderr)
+-- ARGV[5] backoff  integer ms before the next attempt
+-- ARGV[6] history  JSON object text ("" for none)
+-- ARGV[7] result   "failed" | "timeout"
+-- ARGV[8] dead_now "1" to dead-letter whatever the attempts (e.g. payload refused)
+-- ARGV[9] defmax   integer, max attempts for tasks added without one
+-- Returns {"retry", due} | {"dead", died_at} | {"stale", 0}
+--@include _now.lua
+--@include _record.lua
+
+local m, tok = ARGV[2], ARGV[3]
+local raw = redis.call('HGET', KEYS[4], m)
+if not raw or not redis.call('ZSCORE', KEYS[2], m) then return {'stale', 0} end
+local r = cjson.decode(raw)
+if r[P_TOKEN] ~= tok then return {'stale', 0} end
+
+local now = now_ms()
+redis.call('ZREM', KEYS[2], m)
+r[P_TOKEN] = ''
+r[P_ERROR] = ARGV[4]
+if ARGV[6] ~= '' and tonumber(ARGV[1]) > 0 then
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[1], '*', 'j', ARGV[6])
+end
+local t = task_type(m)
+redis.call('HINCRBY', KEYS[6], ARGV[7] .. '|' .. t, 1)
+if ARGV[8] == '1' or tonumber(r[P_ATTEMPTS]) >= eff_max(r, tonumber(ARGV[9])) then
+  redis.call('ZADD', KEYS[3], now, m)
+  redis.call('HSET', KEYS[4], m, cjson.encode(r))
+  redis.call('HINCRBY', KEYS[6], 'dead|' .. t, 1)
+  return {'dead', now}
+end
+local due = now + tonumber(ARGV[5])
+r[P_DUE] = due
+redis.call('HSET', KEYS[4], m, cjson.encode(r))
+redis.call('ZADD', KEYS[1], due, m)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] and tonumber(first[2]) >= due then
+  redis.call('ZADD', KEYS[7], due, 'w')
+end
+return {'retry', due}

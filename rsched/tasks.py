@@ -1,0 +1,483 @@
+"""Queue operations: add, cancel, show, list, queue stats, stale recovery,
+dead-letter handling, pause/resume.
+
+A task is identified by (queue, TYPE, ID). Its record, stored in the queue's
+``tasks`` hash under the member ``"TYPE ID"``, is a JSON array::
+
+    [payload_json_text, attempts, max_attempts (0 = consumer default),
+     claim_token, last_error, due_ms, created_ms]
+
+Writes go through the Lua core (``rsched/lua``); reads are plain commands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rsched import keys as K
+from rsched import validate
+from rsched.errors import BadInput, Conflict, NotFound
+from rsched.timeutil import iso, parse_duration, parse_time
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.client import Rsched
+
+STATES = ("scheduled", "due", "processing", "dead")
+IF_EXISTS = ("keep", "replace", "error")
+#: Entries handled per Lua call by bulk operations (keeps each call short).
+BATCH = 1000
+
+
+@dataclass
+class Task:
+    type: str
+    id: str
+    queue: str
+    state: str
+    due_ms: int | None
+    attempts: int = 0
+    max_attempts: int | None = None
+    payload: Any = None
+    last_error: str | None = None
+    lease_ms: int | None = None  # processing: lease expiry; dead: when it died
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "id": self.id,
+            "queue": self.queue,
+            "state": self.state,
+            "due_at": iso(self.due_ms),
+            "due_ms": self.due_ms,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "payload": self.payload,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass
+class AddResult:
+    status: str  # added | kept | replaced
+    task: Task
+
+
+@dataclass
+class TaskSpec:
+    """One task to add; validated on construction."""
+
+    type: str
+    id: str
+    queue: str = "default"
+    delay_ms: int | None = None
+    at_ms: int | None = None
+    payload_json: str = "null"
+    max_attempts: int = 0
+
+    @property
+    def member(self) -> str:
+        return K.member(self.type, self.id)
+
+
+@dataclass
+class QueueStats:
+    queue: str
+    scheduled: int
+    due: int
+    processing: int
+    stale: int
+    dead: int
+    next_due_ms: int | None
+    lag_ms: int
+    consumers: int
+    paused: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "scheduled": self.scheduled,
+            "due": self.due,
+            "processing": self.processing,
+            "stale": self.stale,
+            "dead": self.dead,
+            "next_due_at": iso(self.next_due_ms),
+            "next_due_ms": self.next_due_ms,
+            "lag_ms": self.lag_ms,
+            "consumers": self.consumers,
+            "paused": self.paused,
+        }
+
+
+def _delay(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        raise BadInput(field, f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise BadInput(field, f"{value!r} must be a positive number of milliseconds")
+        return int(value)
+    return parse_duration(value, field)
+
+
+def _at(value: Any, field: str, tz: str | None) -> int:
+    from datetime import datetime
+
+    if isinstance(value, bool):
+        raise BadInput(field, f"{value!r} is not a time")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise BadInput(field, "a datetime without tzinfo is ambiguous")
+        return int(value.timestamp() * 1000)
+    return parse_time(value, field, tz)
+
+
+def make_spec(
+    task_type: str,
+    task_id: str,
+    *,
+    queue: str = "default",
+    delay: Any = None,
+    at: Any = None,
+    payload: Any = None,
+    payload_json: str | bytes | None = None,
+    max_attempts: Any = None,
+    tz: str | None = None,
+    fields: dict[str, str] | None = None,
+) -> TaskSpec:
+    """Validate one task's inputs. ``fields`` renames fields in error messages."""
+    f = {"type": "TYPE", "id": "ID", "queue": "--queue", "in": "--in", "at": "--at",
+         "payload": "--payload", "max_attempts": "--max-attempts"}
+    f.update(fields or {})
+    validate.task_type(task_type, f["type"])
+    validate.task_id(task_id, f["id"])
+    validate.queue(queue, f["queue"])
+    if delay is not None and at is not None:
+        raise BadInput(f["in"], f"give either {f['in']} or {f['at']}, not both")
+    spec = TaskSpec(task_type, task_id, queue)
+    if delay is not None:
+        spec.delay_ms = _delay(delay, f["in"])
+    elif at is not None:
+        spec.at_ms = _at(at, f["at"], tz)
+    if payload_json is not None:
+        spec.payload_json = validate.payload_text(payload_json, f["payload"])
+    elif payload is not None:
+        spec.payload_json = validate.payload_value(payload, f["payload"])
+    if max_attempts is not None:
+        spec.max_attempts = validate.max_attempts(max_attempts, f["max_attempts"])
+    return spec
+
+
+def _args(spec: TaskSpec) -> list[Any]:
+    if spec.at_ms is not None:
+        kind, value = "at", spec.at_ms
+    else:
+        kind, value = "in", spec.delay_ms or 0
+    return [spec.member, kind, value, spec.payload_json, spec.max_attempts]
+
+
+def _queue_keys(rs: Rsched, queue: str) -> list[str]:
+    q = rs.keys.queue(queue)
+    return [q.sched, q.proc, q.dead, q.tasks, q.wake]
+
+
+def _check_if_exists(if_exists: str) -> None:
+    if if_exists not in IF_EXISTS:
+        raise BadInput("--if-exists", f"{if_exists!r} is not one of {', '.join(IF_EXISTS)}")
+
+
+def _results(specs: list[TaskSpec], flat: list[Any]) -> list[AddResult]:
+    out = []
+    for i, s in enumerate(specs):
+        status, state, due = flat[3 * i : 3 * i + 3]
+        task = Task(s.type, s.id, s.queue, state, int(due), 0, s.max_attempts or None,
+                    json.loads(s.payload_json), None)
+        out.append(AddResult(status, task))
+    return out
+
+
+def add(rs: Rsched, task_type: str, task_id: str, *, if_exists: str = "keep", **kw: Any) -> AddResult:
+    """Schedule one task. ``delay`` (ms or "30m") or ``at`` (epoch ms, ISO text,
+    aware datetime); neither = due now. Existing task: ``if_exists``."""
+    _check_if_exists(if_exists)
+    spec = make_spec(task_type, task_id, **kw)
+    flat = rs.scripts("add-5", _queue_keys(rs, spec.queue), [if_exists, *_args(spec)])
+    # Registered after the script succeeded, so refused input writes nothing.
+    _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, spec.queue))
+    result = _results([spec], flat)[0]
+    if result.status == "kept":
+        result.task = show(rs, spec.type, spec.id, spec.queue)
+    return result
+
+
+def add_many(rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 500) -> list[AddResult]:
+    """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
+    calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
+    _check_if_exists(if_exists)
+    by_queue: dict[str, list[TaskSpec]] = {}
+    order: list[TaskSpec] = []
+    for s in specs:
+        by_queue.setdefault(s.queue, []).append(s)
+        order.append(s)
+    pipe = rs.redis.pipeline(transaction=False)
+    chunks: list[list[TaskSpec]] = []
+    for q, items in by_queue.items():
+        keys = _queue_keys(rs, q)
+        for i in range(0, len(items), batch):
+            part = items[i : i + batch]
+            args: list[Any] = [if_exists]
+            for s in part:
+                args.extend(_args(s))
+            rs.scripts("add-5", keys, args, client=pipe)
+            chunks.append(part)
+    from rsched.scripts import map_error
+
+    res = pipe.execute(raise_on_error=False)
+    results: dict[int, AddResult] = {}
+    first_error = None
+    for part, r in zip(chunks, res, strict=True):
+        if isinstance(r, Exception):
+            first_error = first_error or map_error(r)
+            continue
+        for s, ar in zip(part, _results(part, r), strict=True):
+            results[id(s)] = ar
+    if first_error is not None:
+        raise first_error
+    if by_queue:
+        _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *by_queue))
+    return [results[id(s)] for s in order]
+
+
+def cancel(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> str:
+    validate.task_type(task_type)
+    validate.task_id(task_id)
+    validate.queue(queue)
+    q = rs.keys.queue(queue)
+    state = rs.scripts("cancel-4", [q.sched, q.proc, q.dead, q.tasks], [K.member(task_type, task_id)])
+    if not state:
+        raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
+    return str(state)
+
+
+def _decode(rs: Rsched, queue: str, m: str, raw: str | None, state: str, score: float | None) -> Task | None:
+    if raw is None:
+        return None
+    t, i = K.split_member(m)
+    r = json.loads(raw)
+    try:
+        payload = json.loads(r[0])
+    except (TypeError, ValueError):
+        payload = r[0]
+    due = int(r[5]) if state in ("processing", "dead") else int(score) if score is not None else int(r[5])
+    return Task(
+        type=t, id=i, queue=queue, state=state, due_ms=due, attempts=int(r[1]),
+        max_attempts=int(r[2]) or None, payload=payload, last_error=r[4] or None,
+        lease_ms=int(score) if score is not None and state in ("processing", "dead") else None,
+    )
+
+
+def show(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> Task:
+    validate.task_type(task_type)
+    validate.task_id(task_id)
+    validate.queue(queue)
+    q = rs.keys.queue(queue)
+    m = K.member(task_type, task_id)
+    pipe = rs.redis.pipeline(transaction=False)
+    pipe.time()
+    pipe.hget(q.tasks, m)
+    pipe.zscore(q.sched, m)
+    pipe.zscore(q.proc, m)
+    pipe.zscore(q.dead, m)
+    (sec, usec), raw, s, p, d = _exec(pipe)
+    now = int(sec) * 1000 + int(usec) // 1000
+    if raw is None:
+        raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
+    if s is not None:
+        state, score = ("due" if s <= now else "scheduled"), s
+    elif p is not None:
+        state, score = "processing", p
+    elif d is not None:
+        state, score = "dead", d
+    else:
+        state, score = "orphan", None
+    task = _decode(rs, queue, m, raw, state, score)
+    assert task is not None
+    return task
+
+
+def _exec(pipe: Any) -> list[Any]:
+    from rsched.scripts import map_error
+
+    try:
+        return pipe.execute()
+    except Exception as exc:
+        raise map_error(exc) from exc
+
+
+def list_tasks(
+    rs: Rsched,
+    queue: str = "default",
+    *,
+    state: str = "all",
+    task_type: str | None = None,
+    limit: int = 100,
+) -> list[Task]:
+    """Tasks soonest first, at most ``limit``; reads in pages, never a whole queue."""
+    validate.queue(queue)
+    if state not in (*STATES, "all"):
+        raise BadInput("--state", f"{state!r} is not one of {', '.join((*STATES, 'all'))}")
+    if task_type is not None:
+        validate.task_type(task_type, "--type")
+    if limit < 1:
+        raise BadInput("--limit", f"{limit} is not a positive whole number")
+    q = rs.keys.queue(queue)
+    now = rs.now_ms()
+    order = ["processing", "due", "scheduled", "dead"] if state == "all" else [state]
+    out: list[Task] = []
+    prefix = f"{task_type} " if task_type else None
+    for st in order:
+        key = {"processing": q.proc, "due": q.sched, "scheduled": q.sched, "dead": q.dead}[st]
+        lo, hi = ("-inf", now) if st == "due" else (f"({now}", "+inf") if st == "scheduled" else ("-inf", "+inf")
+        offset = 0
+        page = max(limit, 200)
+        while len(out) < limit:
+            rows = rs.redis.zrangebyscore(key, lo, hi, start=offset, num=page, withscores=True)
+            if not rows:
+                break
+            offset += len(rows)
+            last_page = len(rows) < page
+            rows = [(m, sc) for m, sc in rows if prefix is None or m.startswith(prefix)]
+            if rows:
+                raws = rs.redis.hmget(q.tasks, [m for m, _ in rows])
+                for (m, sc), raw in zip(rows, raws, strict=True):
+                    t = _decode(rs, queue, m, raw, st, sc)
+                    if t is not None and len(out) < limit:
+                        out.append(t)
+            if last_page:
+                break
+        if len(out) >= limit:
+            break
+    return out
+
+
+def known_queues(rs: Rsched) -> list[str]:
+    return sorted(rs.redis.smembers(rs.keys.queues))
+
+
+def queue_stats(rs: Rsched, queues: list[str] | None = None) -> list[QueueStats]:
+    names = queues if queues is not None else known_queues(rs)
+    now = rs.now_ms()
+    pipe = rs.redis.pipeline(transaction=False)
+    for name in names:
+        q = rs.keys.queue(name)
+        pipe.zcard(q.sched)
+        pipe.zcount(q.sched, "-inf", now)
+        pipe.zcard(q.proc)
+        pipe.zcount(q.proc, "-inf", now)
+        pipe.zcard(q.dead)
+        pipe.zrange(q.sched, 0, 0, withscores=True)
+        pipe.zrangebyscore(q.sched, f"({now}", "+inf", start=0, num=1, withscores=True)
+        pipe.zcount(q.consumers, f"({now}", "+inf")
+        pipe.exists(q.paused)
+    res = _exec(pipe) if names else []
+    out = []
+    for i, name in enumerate(names):
+        total, due, proc, stale, dead, first, nxt, consumers, paused = res[9 * i : 9 * i + 9]
+        lag = max(0, now - int(first[0][1])) if first and first[0][1] <= now else 0
+        out.append(QueueStats(
+            queue=name, scheduled=total - due, due=due, processing=proc, stale=stale, dead=dead,
+            next_due_ms=int(nxt[0][1]) if nxt else None, lag_ms=lag, consumers=consumers,
+            paused=bool(paused),
+        ))
+    return out
+
+
+def requeue_stale(rs: Rsched, queue: str | None = None, *, dry_run: bool = False,
+                  default_max: int | None = None) -> dict[str, int]:
+    """Move tasks whose lease expired back to due (dead after their last attempt)."""
+    names = [validate.queue(queue)] if queue else known_queues(rs)
+    total = {"requeued": 0, "dead": 0}
+    for name in names:
+        q = rs.keys.queue(name)
+        dm = default_max or rs.default_max_attempts(name)
+        while True:
+            rq, rd, more = rs.scripts(
+                "requeue-stale-6", [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake],
+                [BATCH, "1" if dry_run else "0", rs.history_maxlen, name, dm],
+            )
+            total["requeued"] += int(rq)
+            total["dead"] += int(rd)
+            if not int(more):
+                break
+    return total
+
+
+def retry(rs: Rsched, queue: str, items: list[tuple[str, str]]) -> int:
+    validate.queue(queue)
+    q = rs.keys.queue(queue)
+    members = [K.member(validate.task_type(t), validate.task_id(i)) for t, i in items]
+    n = int(rs.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], members))
+    if n == 0 and len(items) == 1:
+        t, i = items[0]
+        if rs.redis.hexists(q.tasks, members[0]):
+            raise Conflict(f"task {t} {i} in queue {queue} is not dead")
+        raise NotFound(f"no task {t} {i} in queue {queue}")
+    return n
+
+
+def retry_all(rs: Rsched, queue: str | None = None) -> int:
+    names = [validate.queue(queue)] if queue else known_queues(rs)
+    n = 0
+    for name in names:
+        q = rs.keys.queue(name)
+        while True:
+            members = rs.redis.zrange(q.dead, 0, BATCH - 1)
+            if not members:
+                break
+            n += int(rs.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], members))
+    return n
+
+
+def purge_dead(rs: Rsched, queue: str | None = None, older_than_ms: int | None = None) -> int:
+    names = [validate.queue(queue)] if queue else known_queues(rs)
+    n = 0
+    for name in names:
+        q = rs.keys.queue(name)
+        while True:
+            deleted, more = rs.scripts("purge-2", [q.dead, q.tasks],
+                                       [-1 if older_than_ms is None else older_than_ms, BATCH])
+            n += int(deleted)
+            if not int(more):
+                break
+    return n
+
+
+def dead_tasks(rs: Rsched, queue: str | None = None, limit: int = 100) -> list[Task]:
+    names = [validate.queue(queue)] if queue else known_queues(rs)
+    out: list[Task] = []
+    for name in names:
+        out.extend(list_tasks(rs, name, state="dead", limit=limit))
+    out.sort(key=lambda t: t.lease_ms or 0, reverse=True)
+    return out[:limit]
+
+
+def pause(rs: Rsched, queue: str) -> None:
+    validate.queue(queue)
+    q = rs.keys.queue(queue)
+    pipe = rs.redis.pipeline(transaction=False)
+    pipe.sadd(rs.keys.queues, queue)
+    pipe.set(q.paused, "1")
+    _exec(pipe)
+
+
+def resume(rs: Rsched, queue: str) -> None:
+    validate.queue(queue)
+    q = rs.keys.queue(queue)
+    pipe = rs.redis.pipeline(transaction=True)
+    pipe.delete(q.paused)
+    pipe.zadd(q.wake, {"w": 0})
+    _exec(pipe)

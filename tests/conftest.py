@@ -1,0 +1,58 @@
+"""Fixtures: every test gets a real server (shared per session unless it needs
+its own) and a fresh namespace; `cli` runs real rsched processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from rsched.client import Rsched
+from tests.support import Cli, RedisServer
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[RedisServer]:
+    """One shared server for tests that only need isolation by namespace."""
+    s = RedisServer().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A server this test may kill, freeze or restart."""
+    s = RedisServer(appendonly=True).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{next(_counter)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def rs(server: RedisServer, namespace: str) -> Rsched:
+    return Rsched(server.client(), namespace)
+
+
+@pytest.fixture
+def cli(server: RedisServer, namespace: str, tmp_path: object) -> Iterator[Cli]:
+    c = Cli(server, namespace, cwd=str(tmp_path))
+    yield c
+    c.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    """Tests never read the developer's own config or environment."""
+    for k in list(os.environ):
+        if k.startswith("RSCHED_") and k != "RSCHED_TEST_SERVER" or k == "REDIS_URL":
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path) + "/xdg")
