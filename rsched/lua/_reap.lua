@@ -32,7 +32,7 @@ local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, d
         redis.call('HSET', tasks, m, cjson.encode(r))
         local t, id = string.match(m, '^(%S+) (.*)$')
         history(hist, maxlen, {kind = 'task', queue = queue, type = t, id = id,
-          fire_at = r[P_DUE], finished_at = now, result = 'lost', attempt = r[P_ATTEMPTS],
+          fire_ms = r[P_DUE], finished_ms = now, result = 'lost', attempt = r[P_ATTEMPTS],
           token = lost_token, error = r[P_ERROR]})
       end
     end
