@@ -1,0 +1,362 @@
+"""Queue commands: add, cancel, list, show, queues, requeue-stale, dead, retry, purge."""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+import click
+
+from rsched.cli import render
+from rsched.cli.main import App, output_options, pass_app
+from rsched.errors import BadInput
+
+queue_option = click.option("--queue", "queue", default="default", show_default=True, metavar="Q",
+                            help="Queue name.")
+
+
+def _task_columns(now: int) -> list[render.Column]:
+    from rsched.timeutil import show
+
+    return [
+        ("TYPE", lambda t: t.type),
+        ("ID", lambda t: t.id),
+        ("QUEUE", lambda t: t.queue),
+        ("STATE", lambda t: t.state),
+        ("DUE", lambda t: show(t.due_ms, now)),
+        ("ATTEMPTS", lambda t: f"{t.attempts}/{t.max_attempts or 'default'}"),
+        ("LAST ERROR", lambda t: (t.last_error or "").splitlines()[0][:60] if t.last_error else None),
+    ]
+
+
+def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = None) -> None:
+    from rsched.timeutil import show
+
+    obj = {**(extra or {}), **task.to_json()}
+    if app.fmt == "json":
+        render.emit_json(obj)
+        return
+    rows = [
+        *(extra or {}).items(),
+        ("type", task.type), ("id", task.id), ("queue", task.queue), ("state", task.state),
+        ("due", show(task.due_ms, now)),
+        ("attempts", f"{task.attempts} of {task.max_attempts or 'the consumer default'}"),
+        ("payload", render.dumps(task.payload)),
+        ("last error", task.last_error or "-"),
+    ]
+    if task.state == "processing" and task.lease_ms:
+        rows.append(("lease ends", show(task.lease_ms, now)))
+    if task.state == "dead" and task.lease_ms:
+        rows.append(("died", show(task.lease_ms, now)))
+    render.record(obj, app.fmt, rows=rows)
+
+
+@click.command()
+@click.argument("task_type", metavar="TYPE", required=False)
+@click.argument("task_id", metavar="ID", required=False)
+@click.option("--in", "delay", metavar="DUR", help="Due after this duration (30s, 30m, 1h30m) by the server's clock.")
+@click.option("--at", "at", metavar="TIME", help="Due at this ISO 8601 time (2026-12-01T02:00+08:00).")
+@click.option("--tz", metavar="ZONE", help="IANA zone for an --at time written without an offset.")
+@queue_option
+@click.option("--payload", metavar="JSON", help="Task payload (JSON, at most 1 MiB).")
+@click.option("--payload-file", type=click.File("rb"), metavar="FILE", help="Read the payload JSON from FILE (- for stdin).")
+@click.option("--max-attempts", metavar="N", help="Attempts before the task is dead-lettered [default: the consumer's].")
+@click.option("--if-exists", type=click.Choice(["keep", "replace", "error"]), default="keep", show_default=True,
+              help="An existing task: keep it (exit 0), replace (reschedule) it, or error (exit 4).")
+@click.option("--from", "from_file", type=click.File("rb"), metavar="FILE",
+              help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts.")
+@output_options
+@pass_app
+def add(app: App, task_type: str | None, task_id: str | None, delay: str | None, at: str | None, tz: str | None,
+        queue: str, payload: str | None, payload_file: IO[bytes] | None, max_attempts: str | None,
+        if_exists: str, from_file: IO[bytes] | None) -> None:
+    """Schedule a task: TYPE ID, due now, --in DUR or --at TIME.
+
+    \b
+      rsched add --in 30m order.close 1001
+      rsched add --at 2026-12-01T02:00+08:00 report.send r-77 --payload '{"to":"ops"}'
+      rsched add --from tasks.jsonl
+    """
+    from rsched import tasks
+
+    if from_file is not None:
+        if task_type or task_id:
+            raise BadInput("--from", "give either TYPE ID or --from FILE, not both")
+        _add_from(app, from_file, if_exists)
+        return
+    if not task_type or not task_id:
+        raise BadInput("TYPE ID", "both are required (or use --from FILE)")
+    if payload is not None and payload_file is not None:
+        raise BadInput("--payload", "give either --payload or --payload-file, not both")
+    payload_json: str | bytes | None = payload
+    field = "--payload"
+    if payload_file is not None:
+        payload_json = payload_file.read()
+        field = "--payload-file"
+    spec_kw = dict(queue=queue, delay=delay, at=at, tz=tz, payload_json=payload_json, max_attempts=max_attempts,
+                   fields={"payload": field})
+    tasks.make_spec(task_type, task_id, **spec_kw)  # validate everything before connecting
+    rs = app.rs
+    res = tasks.add(rs, task_type, task_id, if_exists=if_exists, **spec_kw)
+    now = rs.now_ms()
+    if res.status == "kept" and app.fmt != "json":
+        app.info(f"task {task_type} {task_id} already exists in queue {queue}; kept it (--if-exists replace to reschedule)")
+    _task_record(app, res.task, now, {"status": res.status})
+
+
+_LINE_FIELDS = {"type", "id", "queue", "in", "at", "payload", "max_attempts"}
+
+
+def _parse_line(raw: bytes, lineno: int) -> Any:
+    from rsched import tasks
+
+    where = f"line {lineno}"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(where, "is not valid UTF-8") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(where, f"is not a JSON object ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise BadInput(where, "is not a JSON object like {\"type\": \"order.close\", \"id\": \"1001\", \"in\": \"30m\"}")
+    unknown = set(obj) - _LINE_FIELDS
+    if unknown:
+        raise BadInput(f"{where}: {sorted(unknown)[0]}", f"unknown field (known: {', '.join(sorted(_LINE_FIELDS))})")
+    for req in ("type", "id"):
+        if req not in obj:
+            raise BadInput(f"{where}: {req}", "is required")
+    fields = {k: f"{where}: {k}" for k in ("type", "id", "queue", "in", "at", "payload", "max_attempts")}
+    if not isinstance(obj["type"], str) or not isinstance(obj["id"], str | int):
+        raise BadInput(fields["id"], "type and id must be strings")
+    return tasks.make_spec(
+        obj["type"], str(obj["id"]), queue=obj.get("queue", "default"), delay=obj.get("in"), at=obj.get("at"),
+        payload=obj.get("payload"), max_attempts=obj.get("max_attempts"), fields=fields,
+    )
+
+
+def _add_from(app: App, fh: IO[bytes], if_exists: str, batch: int = 20_000) -> None:
+    from rsched import tasks
+
+    counts = {"added": 0, "kept": 0, "replaced": 0}
+    progress = None
+    if render.stderr_is_tty() and not app.quiet and app.fmt != "json":
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+
+        progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True)
+        progress.start()
+        bar = progress.add_task("adding tasks", total=None)
+    try:
+        rs = None
+        pending: list[Any] = []
+        lineno = 0
+
+        def flush() -> None:
+            nonlocal rs
+            if not pending:
+                return
+            rs = rs or app.rs
+            for r in tasks.add_many(rs, pending, if_exists=if_exists):
+                counts[r.status] += 1
+            pending.clear()
+            if progress is not None:
+                progress.update(bar, description=f"added {sum(counts.values())} tasks")
+
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                pending.append(_parse_line(raw, lineno))
+            except BadInput as exc:
+                done = sum(counts.values())
+                if done:
+                    raise BadInput(str(exc.field), f"{str(exc).split(': ', 1)[-1]} "
+                                   f"({done} tasks from earlier lines were written; nothing from this batch)") from None
+                raise
+            if len(pending) >= batch:
+                flush()
+        flush()
+    finally:
+        if progress is not None:
+            progress.stop()
+    if app.fmt == "json":
+        render.emit_json(counts)
+    else:
+        click.echo(f"added {counts['added']}, kept {counts['kept']}, replaced {counts['replaced']}")
+
+
+@click.command()
+@click.argument("task_type", metavar="TYPE")
+@click.argument("task_id", metavar="ID")
+@queue_option
+@output_options
+@pass_app
+def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
+    """Remove a task in any state (exit 3 if there is none).
+
+    A processing task's handler keeps running, but its result is discarded.
+    """
+    from rsched import tasks, validate
+
+    validate.task_type(task_type)
+    validate.task_id(task_id)
+    validate.queue(queue)
+    was = tasks.cancel(app.rs, task_type, task_id, queue)
+    if app.fmt == "json":
+        render.emit_json({"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was})
+    else:
+        click.echo(f"cancelled {task_type} {task_id} in queue {queue} (was {was})")
+
+
+@click.command("list")
+@queue_option
+@click.option("--state", type=click.Choice(["scheduled", "due", "processing", "dead", "all"]), default="all",
+              show_default=True, help="Only tasks in this state.")
+@click.option("--type", "task_type", metavar="T", help="Only tasks of this type.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True, help="At most N tasks.")
+@output_options
+@pass_app
+def list_cmd(app: App, queue: str, state: str, task_type: str | None, limit: int) -> None:
+    """Tasks of a queue, soonest first (read page by page, never the whole queue)."""
+    from rsched import tasks, validate
+
+    validate.queue(queue)
+    if task_type is not None:
+        validate.task_type(task_type, "--type")
+    rs = app.rs
+    rows = tasks.list_tasks(rs, queue, state=state, task_type=task_type, limit=limit)
+    render.table(rows, _task_columns(rs.now_ms()), app.fmt, to_json=lambda t: t.to_json(),
+                 empty=f"no tasks in queue {queue}" + ("" if state == "all" else f" in state {state}"))
+
+
+@click.command()
+@click.argument("task_type", metavar="TYPE")
+@click.argument("task_id", metavar="ID")
+@queue_option
+@output_options
+@pass_app
+def show(app: App, task_type: str, task_id: str, queue: str) -> None:
+    """One task: state, due time, attempts, payload, last error (exit 3 if absent)."""
+    from rsched import tasks, validate
+
+    validate.task_type(task_type)
+    validate.task_id(task_id)
+    validate.queue(queue)
+    rs = app.rs
+    task = tasks.show(rs, task_type, task_id, queue)
+    _task_record(app, task, rs.now_ms())
+
+
+@click.command()
+@output_options
+@pass_app
+def queues(app: App) -> None:
+    """Per queue: scheduled, due now, processing, stale, dead, lag, next due, live consumers."""
+    from rsched import tasks
+    from rsched.timeutil import human_duration, show
+
+    rs = app.rs
+    rows = tasks.queue_stats(rs)
+    now = rs.now_ms()
+    cols: list[render.Column] = [
+        ("QUEUE", lambda s: s.queue + (" (paused)" if s.paused else "")),
+        ("SCHEDULED", lambda s: s.scheduled),
+        ("DUE", lambda s: s.due),
+        ("PROCESSING", lambda s: s.processing),
+        ("STALE", lambda s: s.stale),
+        ("DEAD", lambda s: s.dead),
+        ("LAG", lambda s: human_duration(s.lag_ms) if s.due else "-"),
+        ("NEXT DUE", lambda s: show(s.next_due_ms, now)),
+        ("CONSUMERS", lambda s: s.consumers),
+    ]
+    render.table(rows, cols, app.fmt, to_json=lambda s: s.to_json(), empty="no queues yet")
+
+
+@click.command("requeue-stale")
+@click.option("--queue", "queue", metavar="Q", help="Only this queue [default: every queue].")
+@click.option("--dry-run", is_flag=True, help="Count what would move; change nothing.")
+@output_options
+@pass_app
+def requeue_stale(app: App, queue: str | None, dry_run: bool) -> None:
+    """Move tasks whose lease expired back to due (dead after their last attempt).
+
+    Running consumers do this on their own; this is the same operation on
+    demand, safe to run from cron at any time.
+    """
+    from rsched import tasks, validate
+
+    if queue is not None:
+        validate.queue(queue)
+    res = tasks.requeue_stale(app.rs, queue, dry_run=dry_run)
+    if app.fmt == "json":
+        render.emit_json(res)
+    else:
+        verb = "would requeue" if dry_run else "requeued"
+        click.echo(f"{verb} {res['requeued']}, {'would dead-letter' if dry_run else 'dead-lettered'} {res['dead']}")
+
+
+@click.command()
+@click.option("--queue", "queue", metavar="Q", help="Only this queue [default: every queue].")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True, help="At most N tasks.")
+@output_options
+@pass_app
+def dead(app: App, queue: str | None, limit: int) -> None:
+    """Dead-lettered tasks, most recent first, with their last error."""
+    from rsched import tasks
+
+    rs = app.rs
+    rows = tasks.dead_tasks(rs, queue, limit)
+    render.table(rows, _task_columns(rs.now_ms()), app.fmt, to_json=lambda t: t.to_json(), empty="no dead tasks")
+
+
+@click.command()
+@click.argument("task_type", metavar="TYPE", required=False)
+@click.argument("task_id", metavar="ID", required=False)
+@click.option("--queue", "queue", metavar="Q", help="Queue of the task [default: default; with --all: every queue].")
+@click.option("--all", "all_", is_flag=True, help="Retry every dead task.")
+@output_options
+@pass_app
+def retry(app: App, task_type: str | None, task_id: str | None, queue: str | None, all_: bool) -> None:
+    """Move a dead task (or --all) back to due, attempts reset."""
+    from rsched import tasks, validate
+
+    if all_ == bool(task_type or task_id):
+        raise BadInput("TYPE ID", "give TYPE ID or --all")
+    if queue is not None:
+        validate.queue(queue)
+    if all_:
+        n = tasks.retry_all(app.rs, queue)
+    else:
+        if not task_type or not task_id:
+            raise BadInput("TYPE ID", "both are required (or --all)")
+        validate.task_type(task_type)
+        validate.task_id(task_id)
+        n = tasks.retry(app.rs, queue or "default", [(task_type, task_id)])
+    if app.fmt == "json":
+        render.emit_json({"retried": n})
+    else:
+        click.echo(f"retried {n}")
+
+
+@click.command()
+@click.option("--dead", "dead_", is_flag=True, help="Delete dead-lettered tasks (required: the only kind purge deletes).")
+@click.option("--older-than", metavar="DUR", help="Only tasks dead for longer than DUR.")
+@click.option("--queue", "queue", metavar="Q", help="Only this queue [default: every queue].")
+@output_options
+@pass_app
+def purge(app: App, dead_: bool, older_than: str | None, queue: str | None) -> None:
+    """Delete dead tasks for good."""
+    from rsched import tasks, validate
+    from rsched.timeutil import parse_duration
+
+    if not dead_:
+        raise BadInput("--dead", "purge only deletes dead tasks; say --dead")
+    older = parse_duration(older_than, "--older-than") if older_than is not None else None
+    if queue is not None:
+        validate.queue(queue)
+    n = tasks.purge_dead(app.rs, queue, older)
+    if app.fmt == "json":
+        render.emit_json({"purged": n})
+    else:
+        click.echo(f"purged {n}")
