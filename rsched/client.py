@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,8 @@ class Rsched:
         from rsched import validate
 
         validate.name(namespace, "namespace")
-        self.redis = client
+        # Typed loosely: redis-py's stubs return unions of bytes/str/awaitables.
+        self.redis: Any = client
         self.namespace = namespace
         self.keys = Keys(namespace)
         self.scripts = Scripts(client)
@@ -91,7 +93,7 @@ class Rsched:
 
         return tasks.add(self, task_type, task_id, **kw)
 
-    def add_many(self, specs: Any, **kw: Any) -> list[AddResult]:
+    def add_many(self, specs: Any, **kw: Any) -> builtins.list[AddResult]:
         from rsched import tasks
 
         return tasks.add_many(self, specs, **kw)
@@ -106,12 +108,12 @@ class Rsched:
 
         return tasks.show(self, task_type, task_id, queue)
 
-    def list(self, queue: str = "default", **kw: Any) -> list[Task]:
+    def list(self, queue: str = "default", **kw: Any) -> builtins.list[Task]:
         from rsched import tasks
 
         return tasks.list_tasks(self, queue, **kw)
 
-    def queues(self) -> list[QueueStats]:
+    def queues(self) -> builtins.list[QueueStats]:
         from rsched import tasks
 
         return tasks.queue_stats(self)

@@ -83,7 +83,11 @@ def find_config(explicit: str | None) -> Path | None:
     local = Path("rsched.toml")
     if local.is_file():
         return local
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "rsched" / "config.toml"
+    xdg = (
+        Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        / "rsched"
+        / "config.toml"
+    )
     return xdg if xdg.is_file() else None
 
 
@@ -103,10 +107,14 @@ def load_file(path: Path | None) -> dict[str, Any]:
 def _check(data: dict[str, Any], path: Path) -> None:
     for k in data:
         if k not in _TOP_KEYS:
-            raise ConfigError(f"config {path}: unknown section [{k}] (known: {', '.join(sorted(_TOP_KEYS))})")
+            raise ConfigError(
+                f"config {path}: unknown section [{k}] (known: {', '.join(sorted(_TOP_KEYS))})"
+            )
     for k in data.get("redis", {}):
         if k not in _REDIS_KEYS:
-            raise ConfigError(f"config {path}: unknown key redis.{k} (known: {', '.join(sorted(_REDIS_KEYS))})")
+            raise ConfigError(
+                f"config {path}: unknown key redis.{k} (known: {', '.join(sorted(_REDIS_KEYS))})"
+            )
     if "url" in data.get("redis", {}) and urlsplit(str(data["redis"]["url"])).password:
         raise ConfigError(
             f"config {path}: redis.url carries a password; put it in redis.password_file "
@@ -122,7 +130,9 @@ def _check(data: dict[str, Any], path: Path) -> None:
                 )
     for t, cmd in data.get("handlers", {}).items():
         if not isinstance(cmd, str | list):
-            raise ConfigError(f"config {path}: handlers.{t} must be a command string or a list of arguments")
+            raise ConfigError(
+                f"config {path}: handlers.{t} must be a command string or a list of arguments"
+            )
 
 
 @dataclass
@@ -172,8 +182,16 @@ def resolve(
     data = load_file(path)
     r = data.get("redis", {})
     s = Settings(config_path=path, file=data)
-    s.redis_url = redis_url or os.environ.get("RSCHED_REDIS_URL") or os.environ.get("REDIS_URL") or r.get("url") or DEFAULT_URL
-    s.namespace = namespace or os.environ.get("RSCHED_NAMESPACE") or r.get("namespace") or DEFAULT_NAMESPACE
+    s.redis_url = (
+        redis_url
+        or os.environ.get("RSCHED_REDIS_URL")
+        or os.environ.get("REDIS_URL")
+        or r.get("url")
+        or DEFAULT_URL
+    )
+    s.namespace = (
+        namespace or os.environ.get("RSCHED_NAMESPACE") or r.get("namespace") or DEFAULT_NAMESPACE
+    )
     validate.name(s.namespace, "--namespace")
     s.username = r.get("username")
     pw_env = os.environ.get("RSCHED_REDIS_PASSWORD")
@@ -183,10 +201,14 @@ def resolve(
         try:
             s.password = Path(r["password_file"]).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigError(f"config {path}: redis.password_file cannot be read ({exc.strerror})") from None
+            raise ConfigError(
+                f"config {path}: redis.password_file cannot be read ({exc.strerror})"
+            ) from None
     try:
         if "connect_timeout" in r:
-            s.connect_timeout_s = parse_duration(r["connect_timeout"], "redis.connect_timeout") / 1000
+            s.connect_timeout_s = (
+                parse_duration(r["connect_timeout"], "redis.connect_timeout") / 1000
+            )
         if "socket_timeout" in r:
             s.socket_timeout_s = parse_duration(r["socket_timeout"], "redis.socket_timeout") / 1000
     except Exception as exc:
@@ -197,5 +219,7 @@ def resolve(
     s.tls_insecure = bool(r.get("tls_insecure", False))
     scheme = urlsplit(s.redis_url).scheme
     if scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"--redis-url: {redact_url(s.redis_url)!r} must start with redis://, rediss:// or unix://")
+        raise ConfigError(
+            f"--redis-url: {redact_url(s.redis_url)!r} must start with redis://, rediss:// or unix://"
+        )
     return s

@@ -13,7 +13,9 @@ from rsched.errors import RedisUnavailable
 from rsched.scripts import map_error
 
 
-def connect(settings: Settings, *, check: bool = True, socket_timeout: float | None = None) -> redis.Redis:
+def connect(
+    settings: Settings, *, check: bool = True, socket_timeout: float | None = None
+) -> redis.Redis:
     """A client with short timeouts and no hidden retries (callers decide how to retry).
 
     With ``check`` it PINGs once, so an unreachable server or a refused password

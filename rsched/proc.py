@@ -169,11 +169,20 @@ class Child:
         rc = self.popen.returncode
         code = 128 - rc if rc < 0 else rc
         tail = "\n".join(self._tail)[-STDERR_TAIL_BYTES:]
-        return ChildResult(code, timed_out, self.killed, tail, int((time.monotonic() - self.started) * 1000))
+        return ChildResult(
+            code, timed_out, self.killed, tail, int((time.monotonic() - self.started) * 1000)
+        )
 
 
-def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, stdin_data: bytes | None = None,
-        timeout_s: float | None = None, grace_s: float = 5.0, cwd: str | None = None) -> ChildResult:
+def run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    stdin_data: bytes | None = None,
+    timeout_s: float | None = None,
+    grace_s: float = 5.0,
+    cwd: str | None = None,
+) -> ChildResult:
     return Child(argv, env=env, stdin_data=stdin_data, cwd=cwd).wait(timeout_s, grace_s)
 
 

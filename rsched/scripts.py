@@ -12,7 +12,7 @@ reply into :class:`~rsched.errors.WrongKeyType`.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -35,7 +35,7 @@ def _read(name: str) -> str:
     return (resources.files("rsched") / "lua" / name).read_text(encoding="utf-8")
 
 
-@lru_cache(maxsize=None)
+@cache
 def source(name: str) -> str:
     """Lua source of operation ``name`` (e.g. ``"add-5"``) with includes expanded."""
     text = _read(name + ".lua")

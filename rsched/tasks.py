@@ -150,8 +150,15 @@ def make_spec(
     fields: dict[str, str] | None = None,
 ) -> TaskSpec:
     """Validate one task's inputs. ``fields`` renames fields in error messages."""
-    f = {"type": "TYPE", "id": "ID", "queue": "--queue", "in": "--in", "at": "--at",
-         "payload": "--payload", "max_attempts": "--max-attempts"}
+    f = {
+        "type": "TYPE",
+        "id": "ID",
+        "queue": "--queue",
+        "in": "--in",
+        "at": "--at",
+        "payload": "--payload",
+        "max_attempts": "--max-attempts",
+    }
     f.update(fields or {})
     validate.task_type(task_type, f["type"])
     validate.task_id(task_id, f["id"])
@@ -194,13 +201,24 @@ def _results(specs: list[TaskSpec], flat: list[Any]) -> list[AddResult]:
     out = []
     for i, s in enumerate(specs):
         status, state, due = flat[3 * i : 3 * i + 3]
-        task = Task(s.type, s.id, s.queue, state, int(due), 0, s.max_attempts or None,
-                    json.loads(s.payload_json), None)
+        task = Task(
+            s.type,
+            s.id,
+            s.queue,
+            state,
+            int(due),
+            0,
+            s.max_attempts or None,
+            json.loads(s.payload_json),
+            None,
+        )
         out.append(AddResult(status, task))
     return out
 
 
-def add(rs: Rsched, task_type: str, task_id: str, *, if_exists: str = "keep", **kw: Any) -> AddResult:
+def add(
+    rs: Rsched, task_type: str, task_id: str, *, if_exists: str = "keep", **kw: Any
+) -> AddResult:
     """Schedule one task. ``delay`` (ms or "30m") or ``at`` (epoch ms, ISO text,
     aware datetime); neither = due now. Existing task: ``if_exists``."""
     _check_if_exists(if_exists)
@@ -214,7 +232,9 @@ def add(rs: Rsched, task_type: str, task_id: str, *, if_exists: str = "keep", **
     return result
 
 
-def add_many(rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 500) -> list[AddResult]:
+def add_many(
+    rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 500
+) -> list[AddResult]:
     """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
     calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
     _check_if_exists(if_exists)
@@ -257,13 +277,17 @@ def cancel(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> 
     validate.task_id(task_id)
     validate.queue(queue)
     q = rs.keys.queue(queue)
-    state = rs.scripts("cancel-4", [q.sched, q.proc, q.dead, q.tasks], [K.member(task_type, task_id)])
+    state = rs.scripts(
+        "cancel-4", [q.sched, q.proc, q.dead, q.tasks], [K.member(task_type, task_id)]
+    )
     if not state:
         raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
     return str(state)
 
 
-def _decode(rs: Rsched, queue: str, m: str, raw: str | None, state: str, score: float | None) -> Task | None:
+def _decode(
+    rs: Rsched, queue: str, m: str, raw: str | None, state: str, score: float | None
+) -> Task | None:
     if raw is None:
         return None
     t, i = K.split_member(m)
@@ -272,10 +296,23 @@ def _decode(rs: Rsched, queue: str, m: str, raw: str | None, state: str, score: 
         payload = json.loads(r[0])
     except (TypeError, ValueError):
         payload = r[0]
-    due = int(r[5]) if state in ("processing", "dead") else int(score) if score is not None else int(r[5])
+    due = (
+        int(r[5])
+        if state in ("processing", "dead")
+        else int(score)
+        if score is not None
+        else int(r[5])
+    )
     return Task(
-        type=t, id=i, queue=queue, state=state, due_ms=due, attempts=int(r[1]),
-        max_attempts=int(r[2]) or None, payload=payload, last_error=r[4] or None,
+        type=t,
+        id=i,
+        queue=queue,
+        state=state,
+        due_ms=due,
+        attempts=int(r[1]),
+        max_attempts=int(r[2]) or None,
+        payload=payload,
+        last_error=r[4] or None,
         lease_ms=int(score) if score is not None and state in ("processing", "dead") else None,
     )
 
@@ -341,7 +378,13 @@ def list_tasks(
     prefix = f"{task_type} " if task_type else None
     for st in order:
         key = {"processing": q.proc, "due": q.sched, "scheduled": q.sched, "dead": q.dead}[st]
-        lo, hi = ("-inf", now) if st == "due" else (f"({now}", "+inf") if st == "scheduled" else ("-inf", "+inf")
+        lo, hi = (
+            ("-inf", now)
+            if st == "due"
+            else (f"({now}", "+inf")
+            if st == "scheduled"
+            else ("-inf", "+inf")
+        )
         offset = 0
         page = max(limit, 200)
         while len(out) < limit:
@@ -388,16 +431,26 @@ def queue_stats(rs: Rsched, queues: list[str] | None = None) -> list[QueueStats]
     for i, name in enumerate(names):
         total, due, proc, stale, dead, first, nxt, consumers, paused = res[9 * i : 9 * i + 9]
         lag = max(0, now - int(first[0][1])) if first and first[0][1] <= now else 0
-        out.append(QueueStats(
-            queue=name, scheduled=total - due, due=due, processing=proc, stale=stale, dead=dead,
-            next_due_ms=int(nxt[0][1]) if nxt else None, lag_ms=lag, consumers=consumers,
-            paused=bool(paused),
-        ))
+        out.append(
+            QueueStats(
+                queue=name,
+                scheduled=total - due,
+                due=due,
+                processing=proc,
+                stale=stale,
+                dead=dead,
+                next_due_ms=int(nxt[0][1]) if nxt else None,
+                lag_ms=lag,
+                consumers=consumers,
+                paused=bool(paused),
+            )
+        )
     return out
 
 
-def requeue_stale(rs: Rsched, queue: str | None = None, *, dry_run: bool = False,
-                  default_max: int | None = None) -> dict[str, int]:
+def requeue_stale(
+    rs: Rsched, queue: str | None = None, *, dry_run: bool = False, default_max: int | None = None
+) -> dict[str, int]:
     """Move tasks whose lease expired back to due (dead after their last attempt)."""
     names = [validate.queue(queue)] if queue else known_queues(rs)
     total = {"requeued": 0, "dead": 0}
@@ -406,7 +459,8 @@ def requeue_stale(rs: Rsched, queue: str | None = None, *, dry_run: bool = False
         dm = default_max or rs.default_max_attempts(name)
         while True:
             rq, rd, more = rs.scripts(
-                "requeue-stale-6", [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake],
+                "requeue-stale-6",
+                [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake],
                 [BATCH, "1" if dry_run else "0", rs.history_maxlen, name, dm],
             )
             total["requeued"] += int(rq)
@@ -448,8 +502,11 @@ def purge_dead(rs: Rsched, queue: str | None = None, older_than_ms: int | None =
     for name in names:
         q = rs.keys.queue(name)
         while True:
-            deleted, more = rs.scripts("purge-2", [q.dead, q.tasks],
-                                       [-1 if older_than_ms is None else older_than_ms, BATCH])
+            deleted, more = rs.scripts(
+                "purge-2",
+                [q.dead, q.tasks],
+                [-1 if older_than_ms is None else older_than_ms, BATCH],
+            )
             n += int(deleted)
             if not int(more):
                 break

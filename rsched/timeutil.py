@@ -33,10 +33,14 @@ def zone(name: str, field: str = "--tz") -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise BadInput(field, f"{name!r} is not an IANA time zone name (like Europe/Berlin or UTC)") from None
+        raise BadInput(
+            field, f"{name!r} is not an IANA time zone name (like Europe/Berlin or UTC)"
+        ) from None
 
 
-TIME_FORM = "an ISO 8601 time with an offset or Z, like 2026-12-01T02:00+08:00 or 2026-12-01T02:00:00Z"
+TIME_FORM = (
+    "an ISO 8601 time with an offset or Z, like 2026-12-01T02:00+08:00 or 2026-12-01T02:00:00Z"
+)
 
 
 def parse_time(text: str, field: str = "--at", tz: str | None = None) -> int:
@@ -48,7 +52,9 @@ def parse_time(text: str, field: str = "--at", tz: str | None = None) -> int:
         raise BadInput(field, f"{text!r} is not {TIME_FORM}") from None
     if dt.tzinfo is None:
         if tz is None:
-            raise BadInput(field, f"{text!r} has no offset; add one (+08:00, Z) or say the zone with --tz")
+            raise BadInput(
+                field, f"{text!r} has no offset; add one (+08:00, Z) or say the zone with --tz"
+            )
         dt = dt.replace(tzinfo=zone(tz))
     return int(dt.timestamp() * 1000 + (0.5 if dt.timestamp() >= 0 else -0.5))
 

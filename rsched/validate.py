@@ -54,7 +54,9 @@ def max_attempts(value: Any, field: str = "--max-attempts") -> int:
     try:
         n = int(value)
     except ValueError:
-        raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}") from None
+        raise BadInput(
+            field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}"
+        ) from None
     if not 1 <= n <= MAX_ATTEMPTS_LIMIT:
         raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
     return n

@@ -46,7 +46,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01, what: str = "condition") -> Any:
+def wait_for(
+    cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01, what: str = "condition"
+) -> Any:
     """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -58,14 +60,25 @@ def wait_for(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0
         except Exception as exc:  # noqa: BLE001 - the condition may fail until ready
             last_exc = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last_exc!r})" if last_exc else "")
+    )
 
 
 class RedisServer:
     """One real server process the test owns: it can kill, freeze and restart it."""
 
-    def __init__(self, *, flavour: str | None = None, unix: bool = False, extra: list[str] | None = None,
-                 appendonly: bool = False, password: str | None = None, dir: str | None = None):
+    def __init__(
+        self,
+        *,
+        flavour: str | None = None,
+        unix: bool = False,
+        extra: list[str] | None = None,
+        appendonly: bool = False,
+        password: str | None = None,
+        dir: str | None = None,
+    ):
         self.binary = server_binary(flavour)
         self.dir = dir or tempfile.mkdtemp(prefix="rsched-test-redis-")
         self.port = free_port()
@@ -103,7 +116,9 @@ class RedisServer:
         conf = os.path.join(self.dir, "redis.conf")
         with open(conf, "w") as fh:
             fh.write(self._config())
-        self.proc = subprocess.Popen([self.binary, conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [self.binary, conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         wait_for(self._ready, timeout=15, what=f"{self.binary} to accept connections")
         return self
 
@@ -158,8 +173,14 @@ class RedisServer:
 
 def rsched_env(server: RedisServer, namespace: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RSCHED_", "REDIS_URL"))}
-    env.update({"RSCHED_REDIS_URL": server.url, "RSCHED_NAMESPACE": namespace, "NO_COLOR": "1",
-                "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "RSCHED_REDIS_URL": server.url,
+            "RSCHED_NAMESPACE": namespace,
+            "NO_COLOR": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if server.password:
         env["RSCHED_REDIS_PASSWORD"] = server.password
     env.update(extra)
@@ -181,12 +202,27 @@ class Cli:
     def env(self, **extra: str) -> dict[str, str]:
         return rsched_env(self.server, self.namespace, **extra)
 
-    def __call__(self, *args: str, input: str | None = None, timeout: float = 60, env: dict[str, str] | None = None,
-                 check: int | None = None) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run([*RSCHED, *args], input=input, capture_output=True, text=True, timeout=timeout,
-                             env={**self.env(), **(env or {})}, cwd=self.cwd)
+    def __call__(
+        self,
+        *args: str,
+        input: str | None = None,
+        timeout: float = 60,
+        env: dict[str, str] | None = None,
+        check: int | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            [*RSCHED, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env(), **(env or {})},
+            cwd=self.cwd,
+        )
         if check is not None:
-            assert res.returncode == check, f"rsched {' '.join(args)} -> {res.returncode}\nstdout: {res.stdout}\nstderr: {res.stderr}"
+            assert res.returncode == check, (
+                f"rsched {' '.join(args)} -> {res.returncode}\nstdout: {res.stdout}\nstderr: {res.stderr}"
+            )
         return res
 
     def json(self, *args: str, **kw: Any) -> Any:
@@ -195,11 +231,20 @@ class Cli:
         res = self(*args, "--json", check=0, **kw)
         return json.loads(res.stdout)
 
-    def spawn(self, *args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+    def spawn(
+        self, *args: str, env: dict[str, str] | None = None, **kw: Any
+    ) -> subprocess.Popen[str]:
         """Start a long-running rsched process (own process group); stopped at teardown."""
-        p = subprocess.Popen([*RSCHED, *args], env={**self.env(), **(env or {})}, cwd=self.cwd, text=True,
-                             stdout=kw.pop("stdout", subprocess.PIPE), stderr=kw.pop("stderr", subprocess.PIPE),
-                             start_new_session=True, **kw)
+        p = subprocess.Popen(
+            [*RSCHED, *args],
+            env={**self.env(), **(env or {})},
+            cwd=self.cwd,
+            text=True,
+            stdout=kw.pop("stdout", subprocess.PIPE),
+            stderr=kw.pop("stderr", subprocess.PIPE),
+            start_new_session=True,
+            **kw,
+        )
         self.procs.append(p)
         return p
 

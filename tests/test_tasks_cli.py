@@ -23,8 +23,11 @@ def server_ms(server: RedisServer) -> int:
 
 def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_000) -> list[object]:
     q = rs.keys.queue(queue)
-    out = rs.scripts("claim-9", [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history],
-                     [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5])
+    out = rs.scripts(
+        "claim-9",
+        [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history],
+        [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5],
+    )
     return out[6:]
 
 
@@ -38,7 +41,18 @@ def test_add_in_30m_is_due_30_minutes_after_the_server_clock(cli: Cli, server: R
     assert task["state"] == "scheduled" and task["attempts"] == 0
     assert before + 1_800_000 <= task["due_ms"] <= after + 1_800_000
     assert task["due_at"].endswith("Z") and len(task["due_at"]) == len("2026-11-30T05:00:00.000Z")
-    assert set(task) == {"type", "id", "queue", "state", "due_at", "due_ms", "attempts", "max_attempts", "payload", "last_error"}
+    assert set(task) == {
+        "type",
+        "id",
+        "queue",
+        "state",
+        "due_at",
+        "due_ms",
+        "attempts",
+        "max_attempts",
+        "payload",
+        "last_error",
+    }
 
 
 def test_add_at_time_with_offset_and_tz(cli: Cli) -> None:
@@ -55,7 +69,9 @@ def test_if_exists_keep_replace_error(cli: Cli) -> None:
     assert json.loads(kept.stdout)["status"] == "kept"
     assert json.loads(kept.stdout)["due_ms"] == first["due_ms"]
     assert cli.json("show", "t", "1")["payload"] == {"v": 1}
-    replaced = cli.json("add", "--in", "2h", "--payload", '{"v":2}', "--if-exists", "replace", "t", "1")
+    replaced = cli.json(
+        "add", "--in", "2h", "--payload", '{"v":2}', "--if-exists", "replace", "t", "1"
+    )
     assert replaced["status"] == "replaced" and replaced["due_ms"] > first["due_ms"] + 3_000_000
     assert cli.json("show", "t", "1")["payload"] == {"v": 2}
     res = cli("add", "--if-exists", "error", "t", "1")
@@ -85,7 +101,9 @@ def test_if_exists_keep_replace_error(cli: Cli) -> None:
         (["purge", "--dead", "--older-than", "soon"], "--older-than"),
     ],
 )
-def test_bad_input_is_refused_naming_the_field_and_writes_nothing(cli: Cli, server: RedisServer, args: list[str], field: str) -> None:
+def test_bad_input_is_refused_naming_the_field_and_writes_nothing(
+    cli: Cli, server: RedisServer, args: list[str], field: str
+) -> None:
     res = cli(*args)
     assert res.returncode == 2, res
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
@@ -93,7 +111,9 @@ def test_bad_input_is_refused_naming_the_field_and_writes_nothing(cli: Cli, serv
     assert ns_keys(server, cli.namespace) == []
 
 
-def test_oversized_and_non_utf8_payload_files(cli: Cli, server: RedisServer, tmp_path: os.PathLike[str]) -> None:
+def test_oversized_and_non_utf8_payload_files(
+    cli: Cli, server: RedisServer, tmp_path: os.PathLike[str]
+) -> None:
     big = os.path.join(tmp_path, "big.json")
     with open(big, "w") as fh:
         fh.write(json.dumps({"blob": "x" * 1_100_000}))
@@ -108,7 +128,9 @@ def test_oversized_and_non_utf8_payload_files(cli: Cli, server: RedisServer, tmp
 
 
 @pytest.mark.valkey
-def test_wrong_key_type_in_namespace_is_a_config_error_and_writes_nothing(cli: Cli, server: RedisServer) -> None:
+def test_wrong_key_type_in_namespace_is_a_config_error_and_writes_nothing(
+    cli: Cli, server: RedisServer
+) -> None:
     r = server.client()
     r.set(f"{cli.namespace}:{{q:default}}:sched", "not a zset")
     before = ns_keys(server, cli.namespace)
@@ -120,12 +142,20 @@ def test_wrong_key_type_in_namespace_is_a_config_error_and_writes_nothing(cli: C
 
 @pytest.mark.valkey
 def test_add_from_jsonl_and_a_bad_line_writes_nothing(cli: Cli, server: RedisServer) -> None:
-    lines = "\n".join(json.dumps({"type": "t", "id": str(i), "in": "1h", "payload": {"n": i}}) for i in range(50))
+    lines = "\n".join(
+        json.dumps({"type": "t", "id": str(i), "in": "1h", "payload": {"n": i}}) for i in range(50)
+    )
     bad = lines + '\n{"type": "t", "id": "x", "in": "soon"}\n'
     res = cli("add", "--from", "-", input=bad)
     assert res.returncode == 2 and "line 51" in res.stderr and "in" in res.stderr
     assert ns_keys(server, cli.namespace) == []
-    res = cli("add", "--from", "-", "--json", input=lines + "\n" + '{"type":"u","id":"1","queue":"other","max_attempts":2}\n')
+    res = cli(
+        "add",
+        "--from",
+        "-",
+        "--json",
+        input=lines + "\n" + '{"type":"u","id":"1","queue":"other","max_attempts":2}\n',
+    )
     assert res.returncode == 0 and json.loads(res.stdout) == {"added": 51, "kept": 0, "replaced": 0}
     assert len(cli.json("list", "--limit", "1000")) == 50
     [other] = cli.json("list", "--queue", "other")
@@ -170,13 +200,19 @@ def test_queues_counts(cli: Cli, rs: Rsched) -> None:
 
 
 @pytest.mark.valkey
-def test_requeue_stale_brings_back_an_expired_lease_and_dead_letters_the_last_attempt(cli: Cli, rs: Rsched, server: RedisServer) -> None:
+def test_requeue_stale_brings_back_an_expired_lease_and_dead_letters_the_last_attempt(
+    cli: Cli, rs: Rsched, server: RedisServer
+) -> None:
     rs.add("job", "a")
     rs.add("job", "b", max_attempts=1)
     claimed = claim(rs, n=10, lease_ms=200)
     assert len(claimed) == 14
     q = rs.keys.queue("default")
-    wait_for(lambda: rs.redis.zcount(q.proc, "-inf", server_ms(server)) == 2, timeout=5, what="leases to expire")
+    wait_for(
+        lambda: rs.redis.zcount(q.proc, "-inf", server_ms(server)) == 2,
+        timeout=5,
+        what="leases to expire",
+    )
     assert cli.json("requeue-stale", "--dry-run") == {"requeued": 1, "dead": 1}
     assert rs.redis.zcard(q.proc) == 2
     assert cli.json("requeue-stale") == {"requeued": 1, "dead": 1}
@@ -186,7 +222,9 @@ def test_requeue_stale_brings_back_an_expired_lease_and_dead_letters_the_last_at
     assert b["id"] == "b" and "lease expired" in b["last_error"]
     # A stale ack of the old claim is refused: the token was cleared.
     token_a = claimed[4]
-    assert rs.scripts("ack-4", [q.proc, q.tasks, q.history, q.stats], [100, "job a", token_a, ""]) == [0]
+    assert rs.scripts(
+        "ack-4", [q.proc, q.tasks, q.history, q.stats], [100, "job a", token_a, ""]
+    ) == [0]
     assert cli.json("retry", "job", "b") == {"retried": 1}
     assert cli.json("show", "job", "b")["state"] == "due"
     assert cli("retry", "job", "b").returncode == 4
@@ -198,13 +236,21 @@ def test_dead_retry_all_and_purge(cli: Cli, rs: Rsched, server: RedisServer) -> 
         rs.add("job", str(i), max_attempts=1)
     claim(rs, n=10, lease_ms=50)
     q = rs.keys.queue("default")
-    wait_for(lambda: rs.redis.zcount(q.proc, "-inf", server_ms(server)) == 3, timeout=5, what="leases to expire")
+    wait_for(
+        lambda: rs.redis.zcount(q.proc, "-inf", server_ms(server)) == 3,
+        timeout=5,
+        what="leases to expire",
+    )
     cli.json("requeue-stale")
     assert len(cli.json("dead")) == 3
     assert cli.json("purge", "--dead", "--older-than", "1h") == {"purged": 0}
     assert cli.json("retry", "--all") == {"retried": 3}
     claim(rs, n=10, lease_ms=50)
-    wait_for(lambda: rs.redis.zcount(q.proc, "-inf", server_ms(server)) == 3, timeout=5, what="leases to expire")
+    wait_for(
+        lambda: rs.redis.zcount(q.proc, "-inf", server_ms(server)) == 3,
+        timeout=5,
+        what="leases to expire",
+    )
     cli.json("requeue-stale")
     assert cli.json("purge", "--dead") == {"purged": 3}
     assert cli.json("dead") == [] and rs.redis.hlen(q.tasks) == 0
@@ -229,12 +275,18 @@ def test_auth_refused_exits_69_and_never_prints_the_password(tmp_path: os.PathLi
         assert res.returncode == 69 and "wrong-pw" not in res.stderr + res.stdout
         url = f"redis://user:hunter2@127.0.0.1:{srv.port}/0"
         res = c("--redis-url", url, "list", env={"RSCHED_REDIS_PASSWORD": ""})
-        assert res.returncode == 69 and "hunter2" not in res.stderr + res.stdout and "***" in res.stderr
+        assert (
+            res.returncode == 69
+            and "hunter2" not in res.stderr + res.stdout
+            and "***" in res.stderr
+        )
     finally:
         srv.stop()
 
 
-def test_config_file_supplies_url_and_namespace_and_rejects_bad_options(server: RedisServer, tmp_path: os.PathLike[str]) -> None:
+def test_config_file_supplies_url_and_namespace_and_rejects_bad_options(
+    server: RedisServer, tmp_path: os.PathLike[str]
+) -> None:
     c = Cli(server, "unused", cwd=str(tmp_path))
     cfg = os.path.join(tmp_path, "rsched.toml")
     with open(cfg, "w") as fh:
@@ -276,7 +328,18 @@ def test_format_options_before_and_after_the_command(cli: Cli) -> None:
 def test_pipe_closed_early_is_not_an_error(cli: Cli, rs: Rsched) -> None:
     import subprocess
 
-    rs.add_many([__import__("rsched.tasks", fromlist=["make_spec"]).make_spec("t", str(i)) for i in range(2000)])
-    p = subprocess.run(f"{' '.join(['python', '-m', 'rsched'])} list --limit 2000 | head -1", shell=True,
-                       capture_output=True, text=True, env=cli.env(), cwd=cli.cwd)
+    rs.add_many(
+        [
+            __import__("rsched.tasks", fromlist=["make_spec"]).make_spec("t", str(i))
+            for i in range(2000)
+        ]
+    )
+    p = subprocess.run(
+        f"{' '.join(['python', '-m', 'rsched'])} list --limit 2000 | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        env=cli.env(),
+        cwd=cli.cwd,
+    )
     assert "Traceback" not in p.stderr

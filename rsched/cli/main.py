@@ -71,8 +71,15 @@ class App:
     """What every command gets as ``ctx.obj``: settings, a connection (opened
     on first use), the output format and verbosity."""
 
-    def __init__(self, redis_url: str | None, namespace: str | None, config: str | None,
-                 fmt: str | None, verbose: int, quiet: bool):
+    def __init__(
+        self,
+        redis_url: str | None,
+        namespace: str | None,
+        config: str | None,
+        fmt: str | None,
+        verbose: int,
+        quiet: bool,
+    ):
         self._redis_url = redis_url
         self._namespace = namespace
         self._config = config
@@ -117,10 +124,24 @@ def _set_format(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 def output_options(f: Any) -> Any:
     """``--format`` / ``--json`` after the command (``rsched list --json``)."""
-    f = click.option("--json", "json_flag", is_flag=True, default=False, expose_value=False,
-                     callback=_set_format, help="Print JSON (same as --format json).")(f)
-    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, expose_value=False,
-                     callback=_set_format, help="Output format.")(f)
+    f = click.option(
+        "--json",
+        "json_flag",
+        is_flag=True,
+        default=False,
+        expose_value=False,
+        callback=_set_format,
+        help="Print JSON (same as --format json).",
+    )(f)
+    f = click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default=None,
+        expose_value=False,
+        callback=_set_format,
+        help="Output format.",
+    )(f)
     return f
 
 
@@ -128,21 +149,45 @@ pass_app = click.make_pass_decorator(App)
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--redis-url", envvar=None, metavar="URL",
-              help="redis://, rediss:// (TLS) or unix:// URL [env RSCHED_REDIS_URL, REDIS_URL; "
-                   "default redis://localhost:6379/0]. Keep passwords out of argv: use "
-                   "RSCHED_REDIS_PASSWORD or redis.password_file.")
-@click.option("--namespace", metavar="NS", help="Key prefix [env RSCHED_NAMESPACE; default rsched].")
-@click.option("--config", "config", metavar="FILE",
-              help="TOML config [env RSCHED_CONFIG; default ./rsched.toml, then $XDG_CONFIG_HOME/rsched/config.toml].")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format [default table].")
+@click.option(
+    "--redis-url",
+    envvar=None,
+    metavar="URL",
+    help="redis://, rediss:// (TLS) or unix:// URL [env RSCHED_REDIS_URL, REDIS_URL; "
+    "default redis://localhost:6379/0]. Keep passwords out of argv: use "
+    "RSCHED_REDIS_PASSWORD or redis.password_file.",
+)
+@click.option(
+    "--namespace", metavar="NS", help="Key prefix [env RSCHED_NAMESPACE; default rsched]."
+)
+@click.option(
+    "--config",
+    "config",
+    metavar="FILE",
+    help="TOML config [env RSCHED_CONFIG; default ./rsched.toml, then $XDG_CONFIG_HOME/rsched/config.toml].",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="Output format [default table].",
+)
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (same as --format json).")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr; tracebacks on errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
 @click.version_option(__version__, "--version", prog_name="rsched")
 @click.pass_context
-def cli(ctx: click.Context, redis_url: str | None, namespace: str | None, config: str | None,
-        fmt: str | None, json_flag: bool, verbose: int, quiet: bool) -> None:
+def cli(
+    ctx: click.Context,
+    redis_url: str | None,
+    namespace: str | None,
+    config: str | None,
+    fmt: str | None,
+    json_flag: bool,
+    verbose: int,
+    quiet: bool,
+) -> None:
     """Distributed scheduled tasks on Redis: cron that fires once per tick across
     hosts, delayed tasks that survive crashes, and the tools to see and repair them.
 
@@ -156,7 +201,9 @@ def cli(ctx: click.Context, redis_url: str | None, namespace: str | None, config
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry: run the CLI, map errors to one line and an exit code."""
-    verbose = any(a in ("-v", "--verbose", "-vv") for a in (argv if argv is not None else sys.argv[1:]))
+    verbose = any(
+        a in ("-v", "--verbose", "-vv") for a in (argv if argv is not None else sys.argv[1:])
+    )
     try:
         rc = cli.main(args=argv, prog_name="rsched", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -187,6 +234,9 @@ def main(argv: list[str] | None = None) -> None:
             click.echo(f"rsched: error: {err}", err=True)
             rc = err.exit_code
         else:
-            click.echo(f"rsched: internal error: {type(exc).__name__}: {exc} (run with -v for details)", err=True)
+            click.echo(
+                f"rsched: internal error: {type(exc).__name__}: {exc} (run with -v for details)",
+                err=True,
+            )
             rc = ExitCode.FAILURE
     sys.exit(int(rc or 0))

@@ -31,8 +31,14 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def table(rows: Sequence[Any], columns: Sequence[Column], fmt: str, *,
-          to_json: Callable[[Any], Any] | None = None, empty: str | None = None) -> None:
+def table(
+    rows: Sequence[Any],
+    columns: Sequence[Column],
+    fmt: str,
+    *,
+    to_json: Callable[[Any], Any] | None = None,
+    empty: str | None = None,
+) -> None:
     """Print ``rows``: a JSON array (``to_json`` per row), a table, or tab-separated plain text."""
     if fmt == "json":
         emit_json([to_json(r) if to_json else r for r in rows])
@@ -48,7 +54,9 @@ def table(rows: Sequence[Any], columns: Sequence[Column], fmt: str, *,
         return
     from tabulate import tabulate
 
-    click.echo(tabulate(cells, headers=[h for h, _ in columns], tablefmt="simple", disable_numparse=True))
+    click.echo(
+        tabulate(cells, headers=[h for h, _ in columns], tablefmt="simple", disable_numparse=True)
+    )
 
 
 def record(obj: dict[str, Any], fmt: str, *, rows: Sequence[tuple[str, Any]] | None = None) -> None:

@@ -11,8 +11,9 @@ from rsched.cli import render
 from rsched.cli.main import App, output_options, pass_app
 from rsched.errors import BadInput
 
-queue_option = click.option("--queue", "queue", default="default", show_default=True, metavar="Q",
-                            help="Queue name.")
+queue_option = click.option(
+    "--queue", "queue", default="default", show_default=True, metavar="Q", help="Queue name."
+)
 
 
 def _task_columns(now: int) -> list[render.Column]:
@@ -25,7 +26,10 @@ def _task_columns(now: int) -> list[render.Column]:
         ("STATE", lambda t: t.state),
         ("DUE", lambda t: show(t.due_ms, now)),
         ("ATTEMPTS", lambda t: f"{t.attempts}/{t.max_attempts or 'default'}"),
-        ("LAST ERROR", lambda t: (t.last_error or "").splitlines()[0][:60] if t.last_error else None),
+        (
+            "LAST ERROR",
+            lambda t: (t.last_error or "").splitlines()[0][:60] if t.last_error else None,
+        ),
     ]
 
 
@@ -38,7 +42,10 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
         return
     rows = [
         *(extra or {}).items(),
-        ("type", task.type), ("id", task.id), ("queue", task.queue), ("state", task.state),
+        ("type", task.type),
+        ("id", task.id),
+        ("queue", task.queue),
+        ("state", task.state),
         ("due", show(task.due_ms, now)),
         ("attempts", f"{task.attempts} of {task.max_attempts or 'the consumer default'}"),
         ("payload", render.dumps(task.payload)),
@@ -54,22 +61,59 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
 @click.command()
 @click.argument("task_type", metavar="TYPE", required=False)
 @click.argument("task_id", metavar="ID", required=False)
-@click.option("--in", "delay", metavar="DUR", help="Due after this duration (30s, 30m, 1h30m) by the server's clock.")
-@click.option("--at", "at", metavar="TIME", help="Due at this ISO 8601 time (2026-12-01T02:00+08:00).")
+@click.option(
+    "--in",
+    "delay",
+    metavar="DUR",
+    help="Due after this duration (30s, 30m, 1h30m) by the server's clock.",
+)
+@click.option(
+    "--at", "at", metavar="TIME", help="Due at this ISO 8601 time (2026-12-01T02:00+08:00)."
+)
 @click.option("--tz", metavar="ZONE", help="IANA zone for an --at time written without an offset.")
 @queue_option
 @click.option("--payload", metavar="JSON", help="Task payload (JSON, at most 1 MiB).")
-@click.option("--payload-file", type=click.File("rb"), metavar="FILE", help="Read the payload JSON from FILE (- for stdin).")
-@click.option("--max-attempts", metavar="N", help="Attempts before the task is dead-lettered [default: the consumer's].")
-@click.option("--if-exists", type=click.Choice(["keep", "replace", "error"]), default="keep", show_default=True,
-              help="An existing task: keep it (exit 0), replace (reschedule) it, or error (exit 4).")
-@click.option("--from", "from_file", type=click.File("rb"), metavar="FILE",
-              help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts.")
+@click.option(
+    "--payload-file",
+    type=click.File("rb"),
+    metavar="FILE",
+    help="Read the payload JSON from FILE (- for stdin).",
+)
+@click.option(
+    "--max-attempts",
+    metavar="N",
+    help="Attempts before the task is dead-lettered [default: the consumer's].",
+)
+@click.option(
+    "--if-exists",
+    type=click.Choice(["keep", "replace", "error"]),
+    default="keep",
+    show_default=True,
+    help="An existing task: keep it (exit 0), replace (reschedule) it, or error (exit 4).",
+)
+@click.option(
+    "--from",
+    "from_file",
+    type=click.File("rb"),
+    metavar="FILE",
+    help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts.",
+)
 @output_options
 @pass_app
-def add(app: App, task_type: str | None, task_id: str | None, delay: str | None, at: str | None, tz: str | None,
-        queue: str, payload: str | None, payload_file: IO[bytes] | None, max_attempts: str | None,
-        if_exists: str, from_file: IO[bytes] | None) -> None:
+def add(
+    app: App,
+    task_type: str | None,
+    task_id: str | None,
+    delay: str | None,
+    at: str | None,
+    tz: str | None,
+    queue: str,
+    payload: str | None,
+    payload_file: IO[bytes] | None,
+    max_attempts: str | None,
+    if_exists: str,
+    from_file: IO[bytes] | None,
+) -> None:
     """Schedule a task: TYPE ID, due now, --in DUR or --at TIME.
 
     \b
@@ -93,14 +137,23 @@ def add(app: App, task_type: str | None, task_id: str | None, delay: str | None,
     if payload_file is not None:
         payload_json = payload_file.read()
         field = "--payload-file"
-    spec_kw = dict(queue=queue, delay=delay, at=at, tz=tz, payload_json=payload_json, max_attempts=max_attempts,
-                   fields={"payload": field})
+    spec_kw: dict[str, Any] = dict(
+        queue=queue,
+        delay=delay,
+        at=at,
+        tz=tz,
+        payload_json=payload_json,
+        max_attempts=max_attempts,
+        fields={"payload": field},
+    )
     tasks.make_spec(task_type, task_id, **spec_kw)  # validate everything before connecting
     rs = app.rs
     res = tasks.add(rs, task_type, task_id, if_exists=if_exists, **spec_kw)
     now = rs.now_ms()
     if res.status == "kept" and app.fmt != "json":
-        app.info(f"task {task_type} {task_id} already exists in queue {queue}; kept it (--if-exists replace to reschedule)")
+        app.info(
+            f"task {task_type} {task_id} already exists in queue {queue}; kept it (--if-exists replace to reschedule)"
+        )
     _task_record(app, res.task, now, {"status": res.status})
 
 
@@ -120,19 +173,32 @@ def _parse_line(raw: bytes, lineno: int) -> Any:
     except json.JSONDecodeError as exc:
         raise BadInput(where, f"is not a JSON object ({exc.msg})") from None
     if not isinstance(obj, dict):
-        raise BadInput(where, "is not a JSON object like {\"type\": \"order.close\", \"id\": \"1001\", \"in\": \"30m\"}")
+        raise BadInput(
+            where, 'is not a JSON object like {"type": "order.close", "id": "1001", "in": "30m"}'
+        )
     unknown = set(obj) - _LINE_FIELDS
     if unknown:
-        raise BadInput(f"{where}: {sorted(unknown)[0]}", f"unknown field (known: {', '.join(sorted(_LINE_FIELDS))})")
+        raise BadInput(
+            f"{where}: {sorted(unknown)[0]}",
+            f"unknown field (known: {', '.join(sorted(_LINE_FIELDS))})",
+        )
     for req in ("type", "id"):
         if req not in obj:
             raise BadInput(f"{where}: {req}", "is required")
-    fields = {k: f"{where}: {k}" for k in ("type", "id", "queue", "in", "at", "payload", "max_attempts")}
+    fields = {
+        k: f"{where}: {k}" for k in ("type", "id", "queue", "in", "at", "payload", "max_attempts")
+    }
     if not isinstance(obj["type"], str) or not isinstance(obj["id"], str | int):
         raise BadInput(fields["id"], "type and id must be strings")
     return tasks.make_spec(
-        obj["type"], str(obj["id"]), queue=obj.get("queue", "default"), delay=obj.get("in"), at=obj.get("at"),
-        payload=obj.get("payload"), max_attempts=obj.get("max_attempts"), fields=fields,
+        obj["type"],
+        str(obj["id"]),
+        queue=obj.get("queue", "default"),
+        delay=obj.get("in"),
+        at=obj.get("at"),
+        payload=obj.get("payload"),
+        max_attempts=obj.get("max_attempts"),
+        fields=fields,
     )
 
 
@@ -171,8 +237,11 @@ def _add_from(app: App, fh: IO[bytes], if_exists: str, batch: int = 20_000) -> N
             except BadInput as exc:
                 done = sum(counts.values())
                 if done:
-                    raise BadInput(str(exc.field), f"{str(exc).split(': ', 1)[-1]} "
-                                   f"({done} tasks from earlier lines were written; nothing from this batch)") from None
+                    raise BadInput(
+                        str(exc.field),
+                        f"{str(exc).split(': ', 1)[-1]} "
+                        f"({done} tasks from earlier lines were written; nothing from this batch)",
+                    ) from None
                 raise
             if len(pending) >= batch:
                 flush()
@@ -204,17 +273,30 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
     validate.queue(queue)
     was = tasks.cancel(app.rs, task_type, task_id, queue)
     if app.fmt == "json":
-        render.emit_json({"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was})
+        render.emit_json(
+            {"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was}
+        )
     else:
         click.echo(f"cancelled {task_type} {task_id} in queue {queue} (was {was})")
 
 
 @click.command("list")
 @queue_option
-@click.option("--state", type=click.Choice(["scheduled", "due", "processing", "dead", "all"]), default="all",
-              show_default=True, help="Only tasks in this state.")
+@click.option(
+    "--state",
+    type=click.Choice(["scheduled", "due", "processing", "dead", "all"]),
+    default="all",
+    show_default=True,
+    help="Only tasks in this state.",
+)
 @click.option("--type", "task_type", metavar="T", help="Only tasks of this type.")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True, help="At most N tasks.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="At most N tasks.",
+)
 @output_options
 @pass_app
 def list_cmd(app: App, queue: str, state: str, task_type: str | None, limit: int) -> None:
@@ -226,8 +308,13 @@ def list_cmd(app: App, queue: str, state: str, task_type: str | None, limit: int
         validate.task_type(task_type, "--type")
     rs = app.rs
     rows = tasks.list_tasks(rs, queue, state=state, task_type=task_type, limit=limit)
-    render.table(rows, _task_columns(rs.now_ms()), app.fmt, to_json=lambda t: t.to_json(),
-                 empty=f"no tasks in queue {queue}" + ("" if state == "all" else f" in state {state}"))
+    render.table(
+        rows,
+        _task_columns(rs.now_ms()),
+        app.fmt,
+        to_json=lambda t: t.to_json(),
+        empty=f"no tasks in queue {queue}" + ("" if state == "all" else f" in state {state}"),
+    )
 
 
 @click.command()
@@ -293,12 +380,20 @@ def requeue_stale(app: App, queue: str | None, dry_run: bool) -> None:
         render.emit_json(res)
     else:
         verb = "would requeue" if dry_run else "requeued"
-        click.echo(f"{verb} {res['requeued']}, {'would dead-letter' if dry_run else 'dead-lettered'} {res['dead']}")
+        click.echo(
+            f"{verb} {res['requeued']}, {'would dead-letter' if dry_run else 'dead-lettered'} {res['dead']}"
+        )
 
 
 @click.command()
 @click.option("--queue", "queue", metavar="Q", help="Only this queue [default: every queue].")
-@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True, help="At most N tasks.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="At most N tasks.",
+)
 @output_options
 @pass_app
 def dead(app: App, queue: str | None, limit: int) -> None:
@@ -307,17 +402,30 @@ def dead(app: App, queue: str | None, limit: int) -> None:
 
     rs = app.rs
     rows = tasks.dead_tasks(rs, queue, limit)
-    render.table(rows, _task_columns(rs.now_ms()), app.fmt, to_json=lambda t: t.to_json(), empty="no dead tasks")
+    render.table(
+        rows,
+        _task_columns(rs.now_ms()),
+        app.fmt,
+        to_json=lambda t: t.to_json(),
+        empty="no dead tasks",
+    )
 
 
 @click.command()
 @click.argument("task_type", metavar="TYPE", required=False)
 @click.argument("task_id", metavar="ID", required=False)
-@click.option("--queue", "queue", metavar="Q", help="Queue of the task [default: default; with --all: every queue].")
+@click.option(
+    "--queue",
+    "queue",
+    metavar="Q",
+    help="Queue of the task [default: default; with --all: every queue].",
+)
 @click.option("--all", "all_", is_flag=True, help="Retry every dead task.")
 @output_options
 @pass_app
-def retry(app: App, task_type: str | None, task_id: str | None, queue: str | None, all_: bool) -> None:
+def retry(
+    app: App, task_type: str | None, task_id: str | None, queue: str | None, all_: bool
+) -> None:
     """Move a dead task (or --all) back to due, attempts reset."""
     from rsched import tasks, validate
 
@@ -340,7 +448,12 @@ def retry(app: App, task_type: str | None, task_id: str | None, queue: str | Non
 
 
 @click.command()
-@click.option("--dead", "dead_", is_flag=True, help="Delete dead-lettered tasks (required: the only kind purge deletes).")
+@click.option(
+    "--dead",
+    "dead_",
+    is_flag=True,
+    help="Delete dead-lettered tasks (required: the only kind purge deletes).",
+)
 @click.option("--older-than", metavar="DUR", help="Only tasks dead for longer than DUR.")
 @click.option("--queue", "queue", metavar="Q", help="Only this queue [default: every queue].")
 @output_options
