@@ -173,3 +173,57 @@ def server_status(app: App, dir_: str | None) -> None:
     record(data, app.fmt)
     if inst.pid is None:
         raise click.exceptions.Exit(ExitCode.NOT_FOUND)
+
+
+# --- doctor -------------------------------------------------------------------
+
+_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
+
+
+def _use_colour() -> bool:
+    import sys
+
+    return (
+        sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    )
+
+
+@click.command()
+@output_options
+@pass_app
+def doctor(app: App) -> None:
+    """Check that the Redis server is safe and usable for rsched.
+
+    Prints one PASS, WARN or FAIL line per check: reachable and latency,
+    server version and flavour (Redis >= 6.2 or Valkey), maxmemory-policy
+    (must be noeviction: eviction silently deletes tasks and locks),
+    persistence (AOF/RDB), keyspace events, cluster/sentinel topology, clock
+    offset between this host and the server, and the ACL permissions rsched
+    needs. A check the server does not let us run says "could not verify".
+    Exit 1 on any FAIL, 69 when Redis is unreachable.
+    """
+    from rsched.cli.render import emit_json
+    from rsched.doctor import FAIL, run_checks
+
+    checks = run_checks(app.rs)
+    if app.json:
+        emit_json([c.to_json() for c in checks])
+    elif app.fmt == "plain":
+        for c in checks:
+            click.echo(f"{c.status}\t{c.check}\t{c.detail}")
+    else:
+        width = max(len(c.check) for c in checks)
+        if _use_colour():
+            from rich.console import Console
+            from rich.markup import escape
+
+            console = Console(highlight=False, soft_wrap=True)
+            for c in checks:
+                console.print(
+                    f"[{_STYLE[c.status]}]{c.status}[/]  {c.check:<{width}}  {escape(c.detail)}"
+                )
+        else:
+            for c in checks:
+                click.echo(f"{c.status}  {c.check:<{width}}  {c.detail}")
+    if any(c.status == FAIL for c in checks):
+        raise click.exceptions.Exit(ExitCode.FAILURE)

@@ -1,0 +1,491 @@
+"""`rsched doctor`: is this Redis safe and usable for rsched?
+
+Each check returns PASS, WARN or FAIL with one line of detail. A check whose
+command the server denies (ACL, a managed service that renames CONFIG) says
+"could not verify" instead of failing. Nothing here writes to Redis.
+
+Run loops call :func:`startup_warnings` and log what it returns.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.client import Rsched
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+#: Oldest Redis rsched supports (BZPOPMIN with a float timeout, ZRANGE BYSCORE/LIMIT, GETDEL...).
+MIN_REDIS = (6, 2)
+#: Clock offset between this host and the server above which doctor warns.
+CLOCK_WARN_MS = 1000
+#: Median PING round trip above which doctor warns.
+LATENCY_WARN_MS = 50.0
+
+#: Commands rsched sends (directly or from its Lua scripts), with example arguments.
+#: ``K`` is replaced by a key in the namespace. Checked by queueing each one in a
+#: MULTI that is then DISCARDed: the server applies ACLs at queue time, so nothing
+#: runs and nothing is written.
+NEEDED: list[tuple[str, ...]] = [
+    ("EVALSHA", "0" * 40, "1", "K"),
+    ("EVAL", "return 1", "1", "K"),
+    ("SCRIPT", "LOAD", "return 1"),
+    ("TIME",),
+    ("PING",),
+    ("ZADD", "K", "1", "m"),
+    ("ZREM", "K", "m"),
+    ("ZRANGE", "K", "0", "0"),
+    ("ZRANGEBYSCORE", "K", "-inf", "+inf"),
+    ("ZCARD", "K"),
+    ("ZCOUNT", "K", "-inf", "+inf"),
+    ("ZSCORE", "K", "m"),
+    ("BZPOPMIN", "K", "0.01"),
+    ("HSET", "K", "f", "v"),
+    ("HGET", "K", "f"),
+    ("HMGET", "K", "f"),
+    ("HGETALL", "K"),
+    ("HINCRBY", "K", "f", "1"),
+    ("HDEL", "K", "f"),
+    ("XADD", "K", "*", "f", "v"),
+    ("XREVRANGE", "K", "+", "-", "COUNT", "1"),
+    ("SET", "K", "v"),
+    ("GET", "K"),
+    ("INCR", "K"),
+    ("DEL", "K"),
+    ("EXISTS", "K"),
+    ("PTTL", "K"),
+    ("PEXPIRE", "K", "1000"),
+    ("SADD", "K", "m"),
+    ("SMEMBERS", "K"),
+    ("SCAN", "0", "MATCH", "K", "COUNT", "10"),
+]
+
+
+@dataclass
+class Check:
+    check: str
+    status: str
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+class _Denied(Exception):
+    """The server refused a command doctor uses to look (NOPERM, renamed, unknown)."""
+
+
+def _denied(exc: redis.ResponseError) -> bool:
+    msg = str(exc)
+    return (
+        msg.startswith(("NOPERM", "ERR unknown command", "unknown command"))
+        or "no permissions" in msg
+        or "unknown command" in msg.lower()
+    )
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except redis.ResponseError as exc:
+        if _denied(exc):
+            raise _Denied(str(exc).split("\n")[0]) from None
+        raise
+
+
+def _unverified(name: str, what: str, exc: _Denied) -> Check:
+    return Check(name, WARN, f"could not verify: {what} denied by the server ({exc})")
+
+
+class Doctor:
+    """Runs the checks against one client; caches INFO sections it already read."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: str = "rsched",
+        settings_file: dict[str, Any] | None = None,
+    ):
+        self.r = client
+        self.ns = namespace
+        self.file = settings_file or {}
+        self._info: dict[str, dict[str, Any] | _Denied] = {}
+        self._config: dict[str, str | _Denied] = {}
+
+    # --- helpers ------------------------------------------------------------
+    def info(self, section: str) -> dict[str, Any]:
+        got = self._info.get(section)
+        if got is None:
+            try:
+                got = _call(lambda: self.r.info(section))
+            except _Denied as exc:
+                got = exc
+            self._info[section] = got
+        if isinstance(got, _Denied):
+            raise got
+        return got
+
+    def config(self, name: str) -> str:
+        got = self._config.get(name)
+        if got is None:
+            try:
+                got = str(_call(lambda: self.r.config_get(name)).get(name, ""))
+            except _Denied as exc:
+                got = exc
+            self._config[name] = got
+        if isinstance(got, _Denied):
+            raise got
+        return got
+
+    def hello(self) -> dict[str, Any]:
+        reply = _call(lambda: self.r.execute_command("HELLO"))
+        if isinstance(reply, list):
+            reply = dict(zip(reply[::2], reply[1::2], strict=False))
+        return {str(k): v for k, v in reply.items()}
+
+    # --- checks -------------------------------------------------------------
+    def reachable(self) -> Check:
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            self.r.ping()
+            samples.append((time.perf_counter() - t0) * 1000)
+        med = statistics.median(samples)
+        detail = f"PING {med:.2f} ms (median of 5, max {max(samples):.2f} ms)"
+        if med > LATENCY_WARN_MS:
+            return Check(
+                "reachable",
+                WARN,
+                detail + ": slow; lock renewals and claims wait on every round trip",
+            )
+        return Check("reachable", PASS, detail)
+
+    def server(self) -> Check:
+        try:
+            info = self.info("server")
+            name = str(info.get("server_name") or "redis")
+            version = str(info.get(f"{name}_version") or info.get("redis_version") or "0")
+        except _Denied:
+            try:
+                h = self.hello()
+            except _Denied as exc:
+                return _unverified("server", "INFO and HELLO", exc)
+            name, version = str(h.get("server", "redis")), str(h.get("version", "0"))
+        try:
+            parts = tuple(int(p) for p in version.split(".")[:2])
+        except ValueError:
+            parts = (0, 0)
+        label = (
+            f"{'Valkey' if name == 'valkey' else 'Redis' if name == 'redis' else name} {version}"
+        )
+        if name == "valkey":
+            return Check("server", PASS, label)
+        if parts < MIN_REDIS:
+            return Check("server", FAIL, f"{label}: rsched needs Redis >= 6.2 or Valkey")
+        return Check("server", PASS, label)
+
+    def maxmemory_policy(self) -> Check:
+        name = "maxmemory-policy"
+        try:
+            policy = self.config("maxmemory-policy")
+            maxmem = int(self.config("maxmemory") or 0)
+        except _Denied as exc:
+            try:
+                mem = self.info("memory")
+            except _Denied:
+                return _unverified(name, "CONFIG GET and INFO memory", exc)
+            policy = str(mem.get("maxmemory_policy", ""))
+            maxmem = int(mem.get("maxmemory", 0) or 0)
+        if policy != "noeviction":
+            return Check(
+                name,
+                FAIL,
+                f"{policy}: eviction silently deletes tasks and locks when memory "
+                "is full; set maxmemory-policy noeviction",
+            )
+        detail = "noeviction (writes fail loudly when memory is full; nothing is deleted)"
+        if maxmem:
+            try:
+                used = int(self.info("memory").get("used_memory", 0))
+            except _Denied:
+                used = 0
+            pct = 100 * used / maxmem
+            detail += f"; {pct:.0f}% of maxmemory used"
+            if pct > 80:
+                return Check(name, WARN, detail + ": close to the limit, adds will start failing")
+        return Check(name, PASS, detail)
+
+    def persistence(self) -> Check:
+        name = "persistence"
+        aof: bool | None = None
+        rdb: bool | None = None
+        fsync = ""
+        why = ""
+        try:
+            aof = self.config("appendonly") == "yes"
+            fsync = self.config("appendfsync")
+            rdb = bool(self.config("save").strip())
+        except _Denied as exc:
+            why = str(exc)
+            try:
+                p = self.info("persistence")
+                aof = bool(int(p.get("aof_enabled", 0)))
+            except _Denied:
+                return _unverified(name, "CONFIG GET and INFO persistence", _Denied(why))
+        problems = []
+        try:
+            p = self.info("persistence")
+            if aof and p.get("aof_last_write_status", "ok") != "ok":
+                problems.append("the last AOF write failed")
+            if p.get("rdb_last_bgsave_status", "ok") != "ok":
+                problems.append("the last RDB save failed")
+        except _Denied:
+            pass
+        if aof:
+            detail = f"AOF on (appendfsync {fsync})" if fsync else "AOF on"
+            if rdb:
+                detail += ", RDB snapshots on"
+            if problems:
+                return Check(name, WARN, detail + "; " + "; ".join(problems))
+            if fsync == "no":
+                return Check(
+                    name,
+                    WARN,
+                    detail + ": the OS decides when to flush; a crash can lose "
+                    "recent tasks (use everysec)",
+                )
+            return Check(name, PASS, detail)
+        if rdb is None:
+            return Check(
+                name, WARN, f"AOF off; could not verify RDB snapshots: CONFIG denied ({why})"
+            )
+        if rdb:
+            detail = (
+                "RDB snapshots only: a crash loses the tasks added since the last snapshot; "
+                "consider appendonly yes"
+            )
+            return Check(name, WARN, "; ".join([detail, *problems]))
+        return Check(
+            name,
+            WARN,
+            "neither AOF nor RDB snapshots are on: a restart loses every task, "
+            "cron state and lock; set appendonly yes",
+        )
+
+    def keyspace_events(self) -> Check:
+        name = "keyspace-events"
+        needed = bool(self.file.get("triggers"))
+        try:
+            value = self.config("notify-keyspace-events")
+        except _Denied as exc:
+            if needed:
+                return _unverified(name, "CONFIG GET", exc)
+            return Check(
+                name,
+                PASS,
+                "could not verify (CONFIG denied); not needed: no keyspace triggers are configured",
+            )
+        shown = value or "(off)"
+        if not needed:
+            return Check(
+                name,
+                PASS,
+                f"notify-keyspace-events {shown}: not needed (due times are "
+                "decided in Lua with the server's clock, not by expiry events)",
+            )
+        flags = set(value)
+        if ("K" in flags or "E" in flags) and ("x" in flags or "A" in flags):
+            return Check(name, PASS, f"notify-keyspace-events {shown}: expiry events are published")
+        return Check(
+            name,
+            FAIL,
+            f"notify-keyspace-events {shown}: keyspace triggers are configured but "
+            "expiry events are off; set notify-keyspace-events Ex",
+        )
+
+    def topology(self) -> Check:
+        name = "topology"
+        try:
+            info = self.info("server")
+            mode = str(info.get("redis_mode") or info.get("server_mode") or "standalone")
+        except _Denied:
+            try:
+                mode = str(self.hello().get("mode", "standalone"))
+            except _Denied as exc:
+                return _unverified(name, "INFO and HELLO", exc)
+        if mode == "sentinel":
+            return Check(
+                name,
+                FAIL,
+                "this is a Sentinel, not a data node: point rsched at the master "
+                "it monitors (or at the sentinels with a sentinel-aware URL)",
+            )
+        role, replicas = "master", 0
+        try:
+            repl = self.info("replication")
+            role = str(repl.get("role", "master"))
+            replicas = int(repl.get("connected_slaves", 0))
+        except _Denied:
+            role = "unknown role"
+        if role == "slave":
+            return Check(
+                name, FAIL, f"{mode}, a read-only replica: rsched must write to the master"
+            )
+        if mode == "cluster":
+            try:
+                ci = _call(lambda: self.r.execute_command("CLUSTER", "INFO"))
+                text = ci if isinstance(ci, str) else str(ci)
+                fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+                state = fields.get("cluster_state", "?").strip()
+            except (_Denied, redis.RedisError):
+                state = "?"
+            if state not in ("ok", "?"):
+                return Check(name, FAIL, f"cluster, cluster_state {state}")
+            return Check(name, PASS, f"cluster (state {state}); each queue's keys share a hash tag")
+        suffix = f", {replicas} replica(s)" if replicas else ""
+        return Check(name, PASS, f"{mode}, {role}{suffix}")
+
+    def clock(self) -> Check:
+        name = "clock"
+        best: tuple[float, float] | None = None  # (rtt, offset) of the fastest sample
+        for _ in range(3):
+            t0 = time.time()
+            try:
+                sec, usec = _call(lambda: self.r.time())
+            except _Denied as exc:
+                return Check(name, FAIL, f"TIME denied ({exc}): rsched decides due times with it")
+            t1 = time.time()
+            server_s = int(sec) + int(usec) / 1e6
+            sample = (t1 - t0, server_s - (t0 + t1) / 2)
+            if best is None or sample[0] < best[0]:
+                best = sample
+        assert best is not None
+        rtt, offset = best
+        off_ms = offset * 1000
+        direction = "behind" if off_ms > 0 else "ahead of"
+        detail = f"this host is {abs(off_ms):.0f} ms {direction} the server (±{rtt * 500:.0f} ms)"
+        if abs(off_ms) > CLOCK_WARN_MS:
+            return Check(
+                name,
+                WARN,
+                detail + ": due times still use the server's clock, but local "
+                "times shown and --at/--in read from here will be off; "
+                "run NTP (chrony, systemd-timesyncd)",
+            )
+        return Check(name, PASS, detail)
+
+    def acl(self) -> Check:
+        name = "acl"
+        try:
+            user = str(_call(lambda: self.r.execute_command("ACL", "WHOAMI")))
+        except _Denied:
+            user = "(unknown user)"
+        except redis.ResponseError:
+            user = "(no ACLs)"
+        key = f"{self.ns}:{{q:__doctor__}}:probe"
+        pool = self.r.connection_pool
+        conn = pool.get_connection()
+        denied: list[str] = []
+        keys_denied: list[str] = []
+        try:
+            conn.send_command("MULTI")
+            try:
+                conn.read_response()
+            except redis.ResponseError as exc:
+                return Check(
+                    name, WARN, f"could not verify the permissions of {user}: MULTI denied ({exc})"
+                )
+            try:
+                for cmd in NEEDED:
+                    args = [key if a == "K" else a for a in cmd]
+                    conn.send_command(*args)
+                    try:
+                        conn.read_response()
+                    except redis.ResponseError as exc:
+                        msg = str(exc)
+                        if "NOPERM" in msg or "no permissions" in msg.lower():
+                            label = " ".join(cmd[:2]) if cmd[0] == "SCRIPT" else cmd[0]
+                            if "key" in msg and "command" not in msg:
+                                keys_denied.append(label)
+                            else:
+                                denied.append(label)
+            finally:
+                conn.send_command("DISCARD")
+                try:
+                    conn.read_response()
+                except redis.ResponseError:
+                    pass
+        except redis.RedisError:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        if denied or keys_denied:
+            parts = []
+            if denied:
+                parts.append(f"may not run {', '.join(denied)}")
+            if keys_denied:
+                parts.append(f"may not use the keys {self.ns}:* (ACL key patterns)")
+            return Check(
+                name,
+                FAIL,
+                f"user {user} {' and '.join(parts)}; grant e.g. "
+                f"ACL SETUSER {user} ~{self.ns}:* +@read +@write +@scripting "
+                "+@connection +@transaction +time",
+            )
+        return Check(
+            name,
+            PASS,
+            f"user {user} may run the {len(NEEDED)} commands rsched uses on {self.ns}:* keys",
+        )
+
+    # --- all ------------------------------------------------------------------
+    def run(self) -> list[Check]:
+        out = []
+        for fn in (
+            self.reachable,
+            self.server,
+            self.maxmemory_policy,
+            self.persistence,
+            self.keyspace_events,
+            self.topology,
+            self.clock,
+            self.acl,
+        ):
+            try:
+                out.append(fn())
+            except _Denied as exc:  # pragma: no cover - each check handles its own denials
+                out.append(_unverified(fn.__name__, "a command", exc))
+            except redis.ResponseError as exc:
+                out.append(Check(fn.__name__.replace("_", "-"), WARN, f"could not verify: {exc}"))
+        return out
+
+
+def run_checks(rs: Rsched) -> list[Check]:
+    """Every check, against the connection and namespace of ``rs``."""
+    file = rs.settings.file if rs.settings is not None else {}
+    return Doctor(rs.redis, rs.namespace, file).run()
+
+
+def startup_warnings(client: redis.Redis) -> list[str]:
+    """The few checks a run loop logs at start (eviction, persistence, clock): WARN/FAIL lines.
+
+    Never raises on a denied command; cheap (a handful of round trips).
+    """
+    d = Doctor(client)
+    out = []
+    for fn in (d.maxmemory_policy, d.persistence, d.clock):
+        try:
+            c = fn()
+        except redis.RedisError:
+            continue
+        if c.status != PASS and "could not verify" not in c.detail:
+            out.append(f"{c.status} {c.check}: {c.detail}")
+    return out

