@@ -227,3 +227,46 @@ def doctor(app: App) -> None:
                 click.echo(f"{c.status}  {c.check:<{width}}  {c.detail}")
     if any(c.status == FAIL for c in checks):
         raise click.exceptions.Exit(ExitCode.FAILURE)
+
+
+# --- metrics ------------------------------------------------------------------
+
+
+@click.command()
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Write to FILE atomically (temp file + rename), e.g. "
+    "/var/lib/node_exporter/textfile/rsched.prom, instead of stdout.",
+)
+@pass_app
+def metrics(app: App, output: str | None) -> None:
+    """Print Prometheus metrics: queue depth by state, lag, consumers, runs and failures.
+
+    Text exposition format for node_exporter's textfile collector (or any
+    scraper): rsched_queue_tasks{queue,state}, rsched_queue_lag_seconds,
+    rsched_queue_consumers, rsched_task_runs_total{queue,type,result},
+    rsched_task_dead_total, rsched_cron_runs_total{cron,result},
+    rsched_cron_lateness_seconds, rsched_lock_held and more. Needs
+    prometheus_client (pip install 'rsched[metrics]').
+    """
+    from rsched.metrics import exposition
+
+    text = exposition(app.rs)
+    if not output:
+        click.echo(text, nl=False)
+        return
+    import tempfile
+
+    target = Path(output)
+    fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

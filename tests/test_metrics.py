@@ -1,0 +1,168 @@
+"""`rsched metrics`: Prometheus text that prometheus_client's own parser reads back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rsched.client import Rsched
+from rsched.metrics import exposition
+from tests.support import Cli
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    return samples(text).get((name, frozenset(labels.items())))
+
+
+def test_queue_depths_lag_and_runs(cli: Cli, rs: Rsched) -> None:
+    cli("add", "order.close", "1", check=0)
+    cli("add", "order.close", "2", check=0)
+    cli("add", "order.close", "3", "--in", "1h", check=0)
+    cli("add", "mail.send", "a", "--queue", "mail", "--in", "30m", check=0)
+    # run counters as the Lua core records them (ack-4 / fail-7: "RESULT|TYPE" -> count)
+    st = rs.keys.queue("default").stats
+    rs.redis.hset(
+        st,
+        mapping={
+            "ok|order.close": 7,
+            "failed|order.close": 2,
+            "timeout|order.close": 1,
+            "dead|order.close": 1,
+        },
+    )
+
+    text = cli("metrics", check=0).stdout
+    assert value(text, "rsched_queue_tasks", queue="default", state="due") == 2
+    assert value(text, "rsched_queue_tasks", queue="default", state="scheduled") == 1
+    assert value(text, "rsched_queue_tasks", queue="default", state="processing") == 0
+    assert value(text, "rsched_queue_tasks", queue="default", state="dead") == 0
+    assert value(text, "rsched_queue_tasks", queue="mail", state="scheduled") == 1
+    assert value(text, "rsched_queue_tasks", queue="mail", state="due") == 0
+    assert value(text, "rsched_queue_lag_seconds", queue="mail") == 0
+    assert value(text, "rsched_queue_lag_seconds", queue="default") >= 0
+    assert value(text, "rsched_queue_consumers", queue="default") == 0
+    assert (
+        value(text, "rsched_task_runs_total", queue="default", type="order.close", result="ok") == 7
+    )
+    assert (
+        value(text, "rsched_task_runs_total", queue="default", type="order.close", result="failed")
+        == 2
+    )
+    assert (
+        value(text, "rsched_task_runs_total", queue="default", type="order.close", result="timeout")
+        == 1
+    )
+    assert value(text, "rsched_task_dead_total", queue="default", type="order.close") == 1
+    assert value(text, "rsched_up") == 1
+    fams = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert fams["rsched_task_runs"] == "counter" and fams["rsched_queue_tasks"] == "gauge"
+
+
+def test_lag_grows_with_the_oldest_due_task(cli: Cli, rs: Rsched) -> None:
+    now = rs.now_ms()
+    cli("add", "t", "old", "--at", _iso(now - 90_000), check=0)
+    text = exposition(rs)
+    lag = value(text, "rsched_queue_lag_seconds", queue="default")
+    assert lag is not None and 89 <= lag < 200
+
+
+def test_empty_namespace_parses(cli: Cli) -> None:
+    text = cli("metrics", check=0).stdout
+    assert value(text, "rsched_up") == 1
+    assert not [k for k in samples(text) if k[0] == "rsched_queue_tasks"]
+
+
+def test_cron_metrics_when_present(cli: Cli, rs: Rsched) -> None:
+    ck = rs.keys.cron("report")
+    now = rs.now_ms()
+    rs.redis.sadd(rs.keys.crons, "report")
+    rs.redis.hset(ck.stats, mapping={"ok": 5, "failed": 1, "missed": 2})
+    rs.redis.hset(ck.state, mapping={"last_run_fire": now - 60_000})
+    rs.redis.zadd(ck.runners, {"r1": now + 30_000, "r2": now + 30_000, "gone": now - 1})
+    rs.redis.xadd(
+        ck.history,
+        {
+            "j": json.dumps(
+                {
+                    "kind": "cron",
+                    "name": "report",
+                    "fire_ms": now - 60_000,
+                    "started_ms": now - 59_750,
+                    "result": "ok",
+                }
+            )
+        },
+    )
+    rs.redis.sadd(rs.keys.crons, "never-ran")  # registered, no keys yet: skipped gracefully
+    text = cli("metrics", check=0).stdout
+    assert value(text, "rsched_cron_runs_total", cron="report", result="ok") == 5
+    assert value(text, "rsched_cron_runs_total", cron="report", result="missed") == 2
+    assert value(text, "rsched_cron_runners", cron="report") == 2
+    assert value(text, "rsched_cron_paused", cron="report") == 0
+    assert value(text, "rsched_cron_lateness_seconds", cron="report") == pytest.approx(0.25)
+    assert value(text, "rsched_cron_last_fire_timestamp_seconds", cron="report") == pytest.approx(
+        (now - 60_000) / 1000
+    )
+    assert value(text, "rsched_cron_runners", cron="never-ran") == 0
+
+
+def test_output_file_is_written_atomically(cli: Cli, tmp_path: Path) -> None:
+    cli("add", "t", "1", check=0)
+    target = tmp_path / "rsched.prom"
+    res = cli("metrics", "--output", str(target), check=0)
+    assert res.stdout == ""
+    assert value(target.read_text(), "rsched_queue_tasks", queue="default", state="due") == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".rsched.prom")] == []
+
+
+def test_metrics_over_http(rs: Rsched) -> None:
+    import urllib.request
+
+    from rsched.metrics import serve
+    from tests.support import free_port
+
+    rs.add("t", "1")
+    port = free_port()
+    result = serve(rs, port)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        assert value(text, "rsched_queue_tasks", queue="default", state="due") == 1
+    finally:
+        server = result[0] if isinstance(result, tuple) else result
+        server.shutdown()
+        server.server_close()
+
+
+def _iso(ms: int) -> str:
+    from rsched.timeutil import iso
+
+    out = iso(ms)
+    assert out is not None
+    return out
+
+
+def test_missing_prometheus_client_is_a_config_error(cli: Cli) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "from rsched.cli.main import main; main(['metrics'])"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli.env(), timeout=60
+    )
+    assert res.returncode == 78, res.stderr
+    assert "pip install 'rsched[metrics]'" in res.stderr
