@@ -1,0 +1,533 @@
+"""`rsched run consumer` against real servers and real processes.
+
+Every concurrency claim runs several consumer processes; every wait is a
+deadline on a condition, never a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsched.client import Rsched
+from rsched.tasks import make_spec
+from rsched.timeutil import iso
+from tests.support import Cli, RedisServer, wait_for
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def script(tmp_path: Path, name: str, body: str, shell: str = "/bin/sh") -> Path:
+    p = tmp_path / name
+    p.write_text(f"#!{shell}\n" + textwrap.dedent(body).lstrip())
+    p.chmod(0o755)
+    return p
+
+
+def start(
+    cli: Cli, tmp_path: Path, *args: str, name: str = "c", env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], Path]:
+    """A long-running consumer with -v; its stderr goes to a file we can read while it runs."""
+    err_path = tmp_path / f"{name}.err"
+    err = open(err_path, "w")  # noqa: SIM115 - the child owns it; closed when the test ends
+    p = cli.spawn("-v", "run", "consumer", *args, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    err.close()
+    return p, err_path
+
+
+def history(rs: Rsched, queue: str = "default") -> list[dict[str, Any]]:
+    return [json.loads(f["j"]) for _, f in rs.redis.xrange(rs.keys.queue(queue).history)]
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def gone(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> bool:
+    return not rs.redis.hexists(rs.keys.queue(queue).tasks, f"{task_type} {task_id}")
+
+
+def state(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> str | None:
+    try:
+        return rs.show(task_type, task_id, queue).state
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def stop(p: subprocess.Popen[str], timeout: float = 15) -> int:
+    p.send_signal(signal.SIGTERM)
+    return p.wait(timeout=timeout)
+
+
+def add_many(rs: Rsched, task_type: str, ids: list[str], **kw: Any) -> None:
+    rs.add_many([make_spec(task_type, i, **kw) for i in ids])
+
+
+# ----------------------------------------------------------------------------- handlers
+
+
+RECORDER = """
+import json, os, sys
+out = os.path.join(os.environ["OUT_DIR"], os.environ["RSCHED_TASK_ID"] + ".json")
+env = {k: v for k, v in os.environ.items() if k.startswith("RSCHED_")}
+with open(out, "w") as fh:
+    json.dump({"argv": sys.argv[1:], "env": env, "stdin": sys.stdin.read()}, fh)
+"""
+
+
+def test_command_handler_gets_id_last_env_and_payload_on_stdin(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    rec = script(tmp_path, "rec.py", RECORDER, shell=sys.executable)
+    payload = {"order": 1001, "note": "naïve ✓", "items": [1, 2]}
+    add = cli.json("add", "order.close", "1001", "--payload", json.dumps(payload))
+    due_ms = add[0]["due_ms"] if isinstance(add, list) else add["due_ms"]
+    res = cli("run", "consumer", "--handler", f"order.close={rec} --flag 'two words'", "--burst",
+              env={"OUT_DIR": str(tmp_path)}, check=0)  # fmt: skip
+    got = json.loads((tmp_path / "1001.json").read_text())
+    assert got["argv"] == ["--flag", "two words", "1001"], res.stderr
+    env = got["env"]
+    assert env["RSCHED_QUEUE"] == "default"
+    assert env["RSCHED_TASK_TYPE"] == "order.close"
+    assert env["RSCHED_TASK_ID"] == "1001"
+    assert env["RSCHED_ATTEMPT"] == "1"
+    assert env["RSCHED_DUE_AT"] == iso(due_ms)
+    assert env["RSCHED_CLAIM_TOKEN"]
+    assert "RSCHED_REDIS_URL" in os.environ or True  # the consumer's own env is inherited
+    assert json.loads(got["stdin"]) == payload
+    assert gone(rs, "order.close", "1001")
+    (rec_h,) = history(rs)
+    assert rec_h["result"] == "ok" and rec_h["token"] == env["RSCHED_CLAIM_TOKEN"]
+    assert rec_h["started_ms"] >= rec_h["fire_ms"] == due_ms
+    assert rec_h["kind"] == "task" and rec_h["exit_code"] == 0 and rec_h["attempt"] == 1
+
+
+HMOD = """
+import json, os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def record(task):
+    with open(os.path.join(HERE, "calls.jsonl"), "a") as fh:
+        fh.write(json.dumps({"type": task.type, "id": task.id, "queue": task.queue,
+                             "payload": task.payload, "attempt": task.attempt,
+                             "max_attempts": task.max_attempts, "due_ms": task.due_ms,
+                             "token": task.token}) + "\\n")
+
+
+def boom(task):
+    raise ValueError("nope " + task.id)
+"""
+
+
+def test_python_callable_handlers_from_flag_and_config(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    (tmp_path / "hmod.py").write_text(textwrap.dedent(HMOD))
+    (tmp_path / "rsched.toml").write_text('[handlers]\n"cfg.*" = "python:hmod:record"\n')
+    cli("add", "flag.t", "a1", "--payload", '{"k": [1]}', check=0)
+    cli("add", "cfg.x", "b1", "--max-attempts", "2", check=0)
+    cli("add", "bad.t", "c1", "--max-attempts", "1", check=0)
+    res = cli(
+        "run",
+        "consumer",
+        "--call",
+        "flag.t=hmod:record",
+        "--call",
+        "bad.t=hmod:boom",
+        "--burst",
+        check=0,
+    )
+    calls = sorted((json.loads(x) for x in lines(tmp_path / "calls.jsonl")), key=lambda c: c["id"])
+    assert [c["id"] for c in calls] == ["a1", "b1"], res.stderr
+    assert (
+        calls[0]["payload"] == {"k": [1]}
+        and calls[0]["type"] == "flag.t"
+        and calls[0]["attempt"] == 1
+    )
+    assert calls[1]["max_attempts"] == 2 and calls[1]["queue"] == "default" and calls[1]["token"]
+    dead = rs.show("bad.t", "c1")
+    assert dead.state == "dead" and "ValueError: nope c1" in (dead.last_error or "")
+
+
+def test_library_consumer_with_python_callable(rs: Rsched) -> None:
+    seen: list[tuple[str, int]] = []
+    add_many(rs, "lib.t", [str(i) for i in range(300)], payload={"n": 1})
+    stats = rs.consumer(handlers={"lib.t": lambda t: seen.append((t.id, t.payload["n"]))}, burst=True,
+                        quiet=True).run()  # fmt: skip
+    assert sorted(seen) == sorted((str(i), 1) for i in range(300))
+    assert stats.ok == 300 and stats.failed == 0
+    assert rs.redis.hget(rs.keys.queue("default").stats, "ok|lib.t") == "300"
+
+
+def test_failure_retries_with_backoff_then_dead_with_exit_status_and_stderr(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "fail.sh", """
+        echo "boom on attempt $RSCHED_ATTEMPT" >&2
+        exit 3
+    """)  # fmt: skip
+    cli("add", "job.f", "f1", "--max-attempts", "3", check=0)
+    p, err = start(
+        cli, tmp_path, "--handler", f"job.f={h}", "--backoff", "50ms", "--backoff-max", "100ms"
+    )
+    wait_for(lambda: state(rs, "job.f", "f1") == "dead", timeout=20, what="task dead")
+    assert stop(p) == 0
+    t = rs.show("job.f", "f1")
+    assert t.attempts == 3
+    assert "exit status 3" in (t.last_error or "") and "boom on attempt 3" in (t.last_error or "")
+    recs = history(rs)
+    assert [(r["result"], r["attempt"], r["exit_code"]) for r in recs] == [
+        ("failed", a, 3) for a in (1, 2, 3)
+    ]
+    for prev, nxt in zip(recs, recs[1:], strict=False):
+        # the retry became due after a jittered backoff within the cap
+        assert 0 <= nxt["fire_ms"] - prev["finished_ms"] <= 100 + 50
+        assert nxt["started_ms"] >= nxt["fire_ms"]
+    assert "boom on attempt 1" in recs[0]["error"]
+    assert "dead job.f f1" in err.read_text()
+
+
+def test_no_handler_is_a_failure_then_dead(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    cli("add", "nope", "n1", "--max-attempts", "2", check=0)
+    p, _ = start(
+        cli, tmp_path, "--handler", "other=true", "--backoff", "10ms", "--backoff-max", "20ms"
+    )
+    wait_for(lambda: state(rs, "nope", "n1") == "dead", timeout=20, what="task dead")
+    assert stop(p) == 0
+    t = rs.show("nope", "n1")
+    assert t.last_error == "no handler for nope" and t.attempts == 2
+
+
+def test_timeout_kills_the_whole_process_group(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    h = script(tmp_path, "slow.sh", """
+        sleep 60 &
+        echo $! > grandchild.pid
+        wait
+    """)  # fmt: skip
+    cli("add", "job.slow", "s1", "--max-attempts", "1", check=0)
+    p, _ = start(cli, tmp_path, "--handler", f"job.slow={h}", "--timeout", "500ms")
+    wait_for(
+        lambda: state(rs, "job.slow", "s1") == "dead", timeout=20, what="task dead after timeout"
+    )
+    pid = int((tmp_path / "grandchild.pid").read_text())
+    wait_for(lambda: not alive(pid), timeout=10, what="grandchild killed")
+    assert stop(p) == 0
+    assert "timeout" in (rs.show("job.slow", "s1").last_error or "")
+    (r,) = history(rs)
+    assert r["result"] == "timeout" and r["duration_ms"] >= 500
+
+
+# ----------------------------------------------------------------------------- several processes
+
+
+COUNTER_MOD = """
+import os
+
+FD = os.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.txt"),
+             os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def run(task):
+    os.write(FD, f"{task.id} {task.token} {os.getpid()}\\n".encode())
+"""
+
+
+def _assert_each_once(rs: Rsched, ran: Path, n: int, task_type: str) -> set[str]:
+    q = rs.keys.queue("default")
+    wait_for(lambda: len(lines(ran)) >= n, timeout=60, what=f"{n} runs")
+    wait_for(
+        lambda: rs.redis.hlen(q.tasks) == 0 and rs.redis.zcard(q.proc) == 0,
+        timeout=20,
+        what="queue drained",
+    )
+    rows = [x.split() for x in lines(ran)]
+    counts = Counter(r[0] for r in rows)
+    assert len(counts) == n, f"{n - len(counts)} tasks never ran"
+    assert max(counts.values()) == 1, f"ran twice: {[k for k, v in counts.items() if v > 1][:10]}"
+    assert rs.redis.hget(q.stats, f"ok|{task_type}") == str(n)
+    assert rs.redis.zcard(q.dead) == 0
+    return {r[2] for r in rows}
+
+
+def test_four_consumers_2000_python_tasks_each_exactly_once(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    (tmp_path / "hcount.py").write_text(textwrap.dedent(COUNTER_MOD))
+    procs = [start(cli, tmp_path, "--call", "t.count=hcount:run", "--concurrency", "4", name=f"c{i}")[0]
+             for i in range(4)]  # fmt: skip
+    wait_for(
+        lambda: rs.redis.zcard(rs.keys.queue("default").consumers) == 4,
+        timeout=20,
+        what="4 consumers",
+    )
+    add_many(rs, "t.count", [f"id{i}" for i in range(2000)])
+    _assert_each_once(rs, tmp_path / "ran.txt", 2000, "t.count")
+    assert all(stop(p) == 0 for p in procs)
+
+
+def test_four_consumers_2000_command_tasks_each_exactly_once(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "count.sh", """
+        echo "$1 $RSCHED_CLAIM_TOKEN $PPID" >> ran.txt
+    """)  # fmt: skip
+    procs = [start(cli, tmp_path, "--handler", f"t.cmd={h}", "--concurrency", "4", name=f"c{i}")[0]
+             for i in range(4)]  # fmt: skip
+    wait_for(
+        lambda: rs.redis.zcard(rs.keys.queue("default").consumers) == 4,
+        timeout=20,
+        what="4 consumers",
+    )
+    add_many(rs, "t.cmd", [f"id{i}" for i in range(2000)])
+    workers = _assert_each_once(rs, tmp_path / "ran.txt", 2000, "t.cmd")
+    assert len(workers) >= 2  # the work was shared
+    assert all(stop(p) == 0 for p in procs)
+
+
+LEASE_HANDLER = """
+    echo "start $RSCHED_ATTEMPT $RSCHED_CLAIM_TOKEN $$" >> log.txt
+    if [ "$RSCHED_ATTEMPT" = 1 ]; then sleep "$FIRST_SLEEP"; fi
+    echo "end $RSCHED_ATTEMPT $RSCHED_CLAIM_TOKEN" >> log.txt
+"""
+
+
+def test_kill9_mid_task_runs_again_after_its_lease(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    h = script(tmp_path, "h.sh", LEASE_HANDLER)
+    env = {"FIRST_SLEEP": "30"}
+    a = cli.spawn("run", "consumer", "--handler", f"t.k={h}", "--lease", "1s", env=env,
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    cli("add", "t.k", "k1", check=0)
+    log = tmp_path / "log.txt"
+    wait_for(lambda: any(x.startswith("start 1") for x in lines(log)), timeout=15, what="first run")
+    orphan = int(lines(log)[0].split()[3])
+    try:
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait(timeout=10)
+        assert state(rs, "t.k", "k1") == "processing"
+        b, _ = start(cli, tmp_path, "--handler", f"t.k={h}", "--lease", "1s", name="b")
+        wait_for(lambda: gone(rs, "t.k", "k1"), timeout=20, what="task run again and acked")
+        assert stop(b) == 0
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+    starts = [x.split() for x in lines(log) if x.startswith("start")]
+    assert [s[1] for s in starts] == ["1", "2"]
+    recs = history(rs)
+    lost = [r for r in recs if r["result"] == "lost"]
+    ok = [r for r in recs if r["result"] == "ok"]
+    assert len(lost) == 1 and lost[0]["attempt"] == 1 and "lease expired" in lost[0]["error"]
+    assert len(ok) == 1 and ok[0]["attempt"] == 2 and ok[0]["token"] == starts[1][2]
+    # not before the dead consumer's lease (1s from its claim) had expired
+    assert ok[0]["started_ms"] - ok[0]["fire_ms"] >= 0
+    assert lost[0]["finished_ms"] >= ok[0]["fire_ms"] - 1
+
+
+def test_stale_consumers_ack_is_refused(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    h = script(tmp_path, "h.sh", LEASE_HANDLER)
+    env = {"FIRST_SLEEP": "1.5"}
+    a, a_err = start(cli, tmp_path, "--handler", f"t.s={h}", "--lease", "1s", name="a", env=env)
+    cli("add", "t.s", "s1", check=0)
+    log = tmp_path / "log.txt"
+    wait_for(lambda: any(x.startswith("start 1") for x in lines(log)), timeout=15, what="first run")
+    os.kill(a.pid, signal.SIGSTOP)  # the consumer freezes; its handler (own group) goes on
+    try:
+        b, _ = start(cli, tmp_path, "--handler", f"t.s={h}", "--lease", "1s", name="b", env=env)
+        wait_for(lambda: gone(rs, "t.s", "s1"), timeout=20, what="another consumer ran it")
+        wait_for(
+            lambda: any(x.startswith("end 1") for x in lines(log)),
+            timeout=15,
+            what="first run ended",
+        )
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    wait_for(lambda: "ack refused" in a_err.read_text() or "lease lost" in a_err.read_text(), timeout=15,
+             what="the stale consumer to notice")  # fmt: skip
+    assert stop(a) == 0 and stop(b) == 0
+    starts = [x.split() for x in lines(log) if x.startswith("start")]
+    assert [s[1] for s in starts] == ["1", "2"]
+    q = rs.keys.queue("default")
+    assert rs.redis.hget(q.stats, "ok|t.s") == "1"
+    ok = [r for r in history(rs) if r["result"] == "ok"]
+    assert len(ok) == 1 and ok[0]["token"] == starts[1][2]
+
+
+def test_sigterm_releases_an_unfinished_task_back_to_due(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "h.sh", """
+        echo "$$" > pid.txt
+        exec sleep 30
+    """)  # fmt: skip
+    p, err = start(cli, tmp_path, "--handler", f"t.g={h}", "--grace", "300ms", "--lease", "60s")
+    cli("add", "t.g", "g1", check=0)
+    wait_for(lambda: (tmp_path / "pid.txt").exists() and (tmp_path / "pid.txt").read_text().strip(),
+             timeout=15, what="handler started")  # fmt: skip
+    pid = int((tmp_path / "pid.txt").read_text())
+    assert state(rs, "t.g", "g1") == "processing"
+    assert stop(p) == 0
+    t = rs.show("t.g", "g1")
+    assert t.state == "due" and t.attempts == 0  # back to due at once, not after the 60s lease
+    wait_for(lambda: not alive(pid), timeout=10, what="handler killed")
+    assert "released 1" in err.read_text()
+
+
+def test_sigterm_lets_a_running_handler_finish_within_grace(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "h.sh", """
+        touch started
+        sleep 0.5
+    """)  # fmt: skip
+    p, _ = start(cli, tmp_path, "--handler", f"t.g={h}", "--grace", "20s")
+    cli("add", "t.g", "g2", check=0)
+    wait_for(lambda: (tmp_path / "started").exists(), timeout=15, what="handler started")
+    assert stop(p) == 0
+    assert gone(rs, "t.g", "g2")
+
+
+def test_burst_exits_zero_when_nothing_is_due(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    res = cli("run", "consumer", "--handler", "t.b=true", "--burst", timeout=20, check=0)
+    assert res.returncode == 0
+    add_many(rs, "t.b", ["1", "2", "3"])
+    cli("add", "--in", "1h", "t.b", "later", check=0)
+    cli("run", "consumer", "--handler", "t.b=true", "--burst", timeout=20, check=0)
+    assert all(gone(rs, "t.b", i) for i in ("1", "2", "3"))
+    assert state(rs, "t.b", "later") == "scheduled"
+
+
+def _blocked_clients(rs: Rsched) -> int:
+    return sum(
+        1
+        for c in rs.redis.client_list()
+        if c.get("cmd") == "bzpopmin" and "b" in c.get("flags", "")
+    )
+
+
+def test_idle_consumer_wakes_when_a_task_becomes_due(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    p, _ = start(cli, tmp_path, "--handler", "t.w=true")
+    wait_for(lambda: _blocked_clients(rs) >= 1, timeout=15, what="consumer blocked on its wake key")
+    cli("add", "--in", "300ms", "t.w", "w1", check=0)
+    wait_for(lambda: any(r["result"] == "ok" for r in history(rs)), timeout=10, what="task run")
+    (r,) = history(rs)
+    lateness = r["started_ms"] - r["fire_ms"]
+    assert lateness >= 0  # never early, by the server's clock
+    print(f"firing lateness: {lateness} ms")
+    assert lateness < 2000  # woken for it, not by the 5s idle cap (timing proper is benchmarked)
+    assert stop(p) == 0
+
+
+def test_idle_consumer_costs_redis_almost_nothing(
+    own_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    cli = Cli(own_server, namespace, cwd=str(tmp_path))
+    try:
+        p, _ = start(cli, tmp_path, "--handler", "t.i=true")
+        c = own_server.client()
+        wait_for(
+            lambda: any(x.get("cmd") == "bzpopmin" for x in c.client_list()),
+            timeout=15,
+            what="idle",
+        )
+        c.config_resetstat()
+        t0 = c.time()
+        wait_for(lambda: c.time()[0] - t0[0] >= 6, timeout=10, interval=0.5, what="6 seconds")
+        stats = c.info("commandstats")
+        calls = {k: v["calls"] for k, v in stats.items() if not k.startswith(("cmdstat_info", "cmdstat_config",
+                                                                               "cmdstat_time"))}  # fmt: skip
+        top_level = (
+            calls.get("cmdstat_evalsha", 0)
+            + calls.get("cmdstat_bzpopmin", 0)
+            + calls.get("cmdstat_eval", 0)
+        )
+        print(f"idle: {top_level} commands in 6s: {calls}")
+        assert top_level <= 6
+        assert stop(p) == 0
+    finally:
+        cli.close()
+
+
+def test_paused_queue_runs_nothing_until_resumed(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    rs.pause_queue("default")
+    add_many(rs, "t.p", ["p1"])
+    p, err = start(cli, tmp_path, "--handler", "t.p=true")
+    wait_for(
+        lambda: "queue default is paused" in err.read_text(),
+        timeout=15,
+        what="consumer sees the pause",
+    )
+    wait_for(lambda: _blocked_clients(rs) >= 1, timeout=15, what="consumer asleep")
+    assert state(rs, "t.p", "p1") == "due"
+    rs.resume_queue("default")
+    wait_for(lambda: gone(rs, "t.p", "p1"), timeout=10, what="task run after resume")
+    assert stop(p) == 0
+
+
+def test_consumer_rides_out_a_redis_restart(
+    own_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    cli = Cli(own_server, namespace, cwd=str(tmp_path))
+    rs = Rsched(own_server.client(), namespace)
+    try:
+        p, err = start(cli, tmp_path, "--handler", "t.r=true")
+        wait_for(
+            lambda: rs.redis.zcard(rs.keys.queue("default").consumers) == 1,
+            timeout=15,
+            what="registered",
+        )
+        own_server.restart()
+        rs = Rsched(own_server.client(), namespace)
+        add_many(rs, "t.r", ["r1"])
+        wait_for(lambda: gone(rs, "t.r", "r1"), timeout=20, what="task run after the restart")
+        assert p.poll() is None
+        assert stop(p) == 0
+        assert "error:" in err.read_text()
+    finally:
+        cli.close()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],  # no handlers at all
+        ["--handler", "t"],
+        ["--handler", "bad type=true"],
+        ["--handler", "t="],
+        ["--handler", "t=true", "--lease", "5x"],
+        ["--handler", "t=true", "--concurrency", "0"],
+        ["--handler", "t=true", "--max-attempts", "zero"],
+        ["--handler", "t=true", "--queue", "no/slash"],
+        ["--handler", "t=true", "--backoff", "10s", "--backoff-max", "1s"],
+        ["--call", "t=no_such_module_xyz:run"],
+        ["--call", "t=os"],
+        ["--handler", "t='unclosed"],
+    ],
+)
+def test_bad_input_exits_2_before_touching_redis(cli: Cli, rs: Rsched, args: list[str]) -> None:
+    # An unreachable Redis: bad input must be refused before any connection (exit 2, not 69).
+    res = cli(
+        "run", "consumer", *args, timeout=20, env={"RSCHED_REDIS_URL": "redis://127.0.0.1:1/0"}
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("rsched: error: ") and len(res.stderr.strip().splitlines()) == 1
+    assert not list(rs.redis.scan_iter(f"{rs.namespace}:*"))
