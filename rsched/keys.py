@@ -14,10 +14,22 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:history     STREAM execution records (capped)
     {ns}:{q:QUEUE}:stats       HASH  run counters for metrics
 
-    {ns}:{c:NAME}:...          the keys of one cron job (see cron.py)
-    {ns}:{l:NAME}:lock / :fence  one lock and its fencing counter
+    {ns}:{c:NAME}:ticks        ZSET  fire_ms -> claim time: each tick is claimed once ever
+    {ns}:{c:NAME}:state        HASH  schedule, tz, last_tick, last_run_fire, last_result, last_host
+    {ns}:{c:NAME}:runners      ZSET  runner id -> registration expiry (ms): the live runners
+    {ns}:{c:NAME}:lock         HASH  the run lock (owner, host, pid, since, token, fire, cancel), PEXPIRE
+    {ns}:{c:NAME}:fence        STRING fencing counter
+    {ns}:{c:NAME}:paused       STRING present while the cron is paused
+    {ns}:{c:NAME}:shards:FIRE  HASH  shard item -> runner id for one tick (expires)
+    {ns}:{c:NAME}:history      STREAM execution records (capped)
+    {ns}:{c:NAME}:stats        HASH  result -> count
 
-    {ns}:queues, {ns}:crons    registries (SETs) of known names, for listings
+    {ns}:{l:NAME}:lock         HASH  one lock's owner record, PEXPIRE (see lua/_lock.lua)
+    {ns}:{l:NAME}:fence        STRING its fencing counter
+    {ns}:{l:NAME}:ticks        ZSET  ticks claimed by `exec --once-per`
+    {ns}:{l:NAME}:history      STREAM `exec` execution records
+
+    {ns}:queues, {ns}:crons, {ns}:locks  registries (SETs) of known names, for listings
 
 A TYPE never contains whitespace and an ID never does either, so "TYPE ID" is
 an unambiguous member.
@@ -121,10 +133,9 @@ class CronKeys:
     def paused(self) -> str:
         return self._k("paused")
 
-    @property
-    def shards(self) -> str:
-        """HASH fire_ms:shard -> owner/state for sharded ticks."""
-        return self._k("shards")
+    def shards(self, fire_ms: int) -> str:
+        """HASH item -> runner id: who claimed each shard item of one tick (expires)."""
+        return self._k(f"shards:{int(fire_ms)}")
 
     @property
     def history(self) -> str:
@@ -181,8 +192,16 @@ class Keys:
     def crons(self) -> str:
         return f"{self.ns}:crons"
 
+    @property
+    def locks(self) -> str:
+        """SET of lock names used by `exec` / the lock API (for `history`)."""
+        return f"{self.ns}:locks"
+
     def lock_scan_pattern(self) -> str:
         return f"{self.ns}:{{l:*}}:lock"
+
+    def cron_lock_scan_pattern(self) -> str:
+        return f"{self.ns}:{{c:*}}:lock"
 
     def lock_name_from_key(self, key: str) -> str:
         # "{ns}:{l:NAME}:lock"

@@ -1,0 +1,470 @@
+"""CLI for locks and cron: `exec`, `run cron`, `locks`, `unlock`, `crons`,
+`pause` / `resume`, `history`. Parses, calls the library, renders."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+import click
+
+from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.render import record, table
+from rsched.errors import BadInput, ConfigError
+from rsched.timeutil import human_duration, parse_duration, show
+
+_CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
+
+
+def _dur(value: str | None, field: str) -> int | None:
+    return parse_duration(value, field) if value is not None else None
+
+
+# --- exec -----------------------------------------------------------------------------
+@click.command("exec", context_settings={"ignore_unknown_options": False})
+@click.option(
+    "--lock", "lock", required=True, metavar="NAME", help="Lock name (1-128 of A-Z a-z 0-9 _ . -)."
+)
+@click.option(
+    "--ttl",
+    default="30s",
+    show_default=True,
+    metavar="DUR",
+    help="Lock lease; the watchdog renews it every TTL/3 while CMD runs.",
+)
+@click.option(
+    "--once-per",
+    "once_per",
+    metavar="CRON|DUR",
+    help="Run at most once per tick of this schedule (the latest tick at or before the server's now).",
+)
+@click.option(
+    "--tz", default="UTC", show_default=True, metavar="ZONE", help="Time zone of --once-per."
+)
+@click.option(
+    "--if-locked",
+    "if_locked",
+    type=click.Choice(["skip", "wait", "fail"]),
+    default="skip",
+    show_default=True,
+    help="When another host holds the lock: exit 0, wait for it, or exit 75.",
+)
+@click.option(
+    "--wait-timeout",
+    "wait_timeout",
+    metavar="DUR",
+    help="With --if-locked wait: give up (exit 75) after this.",
+)
+@click.option("--timeout", metavar="DUR", help="Kill CMD's process group after this.")
+@click.option(
+    "--on-lock-lost",
+    "on_lock_lost",
+    type=click.Choice(["kill", "continue"]),
+    default="kill",
+    show_default=True,
+    help="When the lease is lost: stop CMD (SIGTERM, then SIGKILL) or let it run.",
+)
+@_CMD
+@pass_app
+@click.pass_context
+def exec_cmd(
+    ctx: click.Context,
+    app: App,
+    lock: str,
+    ttl: str,
+    once_per: str | None,
+    tz: str,
+    if_locked: str,
+    wait_timeout: str | None,
+    timeout: str | None,
+    on_lock_lost: str,
+    command: tuple[str, ...],
+) -> None:
+    """Run CMD on at most one host at a time (per tick with --once-per).
+
+    For host crontabs and systemd timers:
+
+    \b
+      * * * * * rsched exec --lock backup --once-per '* * * * *' -- ./backup.sh
+
+    CMD's exit status is passed through; when the lock is held (or the tick
+    already ran) it exits 0 without running CMD (75 with --if-locked fail).
+    CMD sees RSCHED_NAME, RSCHED_FIRE_AT and RSCHED_FENCING_TOKEN.
+    """
+    from rsched.execguard import run_exec
+
+    if not command:
+        raise BadInput(
+            "CMD", "give the command to run after --, like: rsched exec --lock NAME -- ./job.sh"
+        )
+    ttl_ms = parse_duration(ttl, "--ttl")
+    wt = _dur(wait_timeout, "--wait-timeout")
+    to = _dur(timeout, "--timeout")
+    if wait_timeout is not None and if_locked != "wait":
+        raise BadInput("--wait-timeout", "only applies with --if-locked wait")
+    out = run_exec(
+        app.rs,
+        lock,
+        list(command),
+        ttl_ms=ttl_ms,
+        once_per=once_per,
+        tz=tz,
+        if_locked=if_locked,
+        wait_timeout_ms=wt,
+        timeout_ms=to,
+        on_lock_lost=on_lock_lost,
+        log=app.debug,
+    )
+    if out.status == "ran" and out.result not in ("ok", "failed"):
+        app.info(f"rsched: {lock}: {out.result} (exit status {out.exit_code})")
+    ctx.exit(out.exit_code)
+
+
+# --- run cron ---------------------------------------------------------------------------
+@click.command("cron")
+@click.argument("name", required=False)
+@click.option(
+    "--all", "all_", is_flag=True, help="Run every [cron.NAME] of the config file in this process."
+)
+@click.option(
+    "--schedule",
+    metavar="EXPR",
+    help="Cron expression: 5 fields, 6 with seconds first ('0 0 2 * * ?'), or @hourly/@daily/...",
+)
+@click.option(
+    "--tz", default="UTC", show_default=True, metavar="ZONE", help="IANA time zone of the schedule."
+)
+@click.option(
+    "--ttl",
+    default="30s",
+    show_default=True,
+    metavar="DUR",
+    help="Run-lock lease, renewed every TTL/3.",
+)
+@click.option(
+    "--concurrency",
+    type=click.Choice(["forbid", "allow", "replace"]),
+    default="forbid",
+    show_default=True,
+    help="A tick while the previous run is active: skip it, run both, or stop the old one.",
+)
+@click.option(
+    "--misfire",
+    type=click.Choice(["skip", "run-once"]),
+    default="skip",
+    show_default=True,
+    help="Ticks missed while no runner was alive or Redis was down: record them, or fire the latest once.",
+)
+@click.option(
+    "--starting-deadline",
+    "starting_deadline",
+    metavar="DUR",
+    help="A tick later than this is not started (recorded missed).",
+)
+@click.option("--timeout", metavar="DUR", help="Kill the job's process group after this.")
+@click.option("--jitter", metavar="DUR", help="Delay each start by a random amount up to this.")
+@click.option(
+    "--shards", type=int, metavar="N", help="N shard items per tick, split among the live runners."
+)
+@click.option("--broadcast", is_flag=True, help="Every live runner runs every tick once.")
+@click.option(
+    "--on-lock-lost",
+    "on_lock_lost",
+    type=click.Choice(["kill", "continue"]),
+    default="kill",
+    show_default=True,
+    help="When the run lock is lost: stop the job, or let it run.",
+)
+@_CMD
+@pass_app
+def run_cron(
+    app: App,
+    name: str | None,
+    all_: bool,
+    schedule: str | None,
+    tz: str,
+    ttl: str,
+    concurrency: str,
+    misfire: str,
+    starting_deadline: str | None,
+    timeout: str | None,
+    jitter: str | None,
+    shards: int | None,
+    broadcast: bool,
+    on_lock_lost: str,
+    command: tuple[str, ...],
+) -> None:
+    """Lock-guarded cron runner: each tick fires exactly once across all runners.
+
+    \b
+      rsched run cron report.daily --schedule '0 0 2 * * ?' --tz Asia/Shanghai -- ./report
+      rsched run cron --all          # every [cron.NAME] of the config file
+
+    Start it on as many hosts as you like; jobs see RSCHED_NAME, RSCHED_FIRE_AT,
+    RSCHED_FENCING_TOKEN (and RSCHED_SHARD_INDEX / RSCHED_SHARD_TOTAL with --shards).
+    Stops cleanly on SIGTERM/SIGINT (running jobs get SIGTERM, then SIGKILL).
+    """
+    from rsched import cron
+
+    if all_:
+        if name or schedule or command:
+            raise BadInput(
+                "--all",
+                "runs the [cron.NAME] entries of the config file; give no NAME, --schedule or CMD",
+            )
+        table_ = app.settings.crons
+        if not table_:
+            raise ConfigError(
+                "run cron --all: the config file has no [cron.NAME] entries"
+                + (
+                    f" ({app.settings.config_path})"
+                    if app.settings.config_path
+                    else " (no config file found)"
+                )
+            )
+        specs = [cron.spec_from_config(n, t) for n, t in sorted(table_.items())]
+    else:
+        if not name:
+            raise BadInput("NAME", "give the cron's name (or --all)")
+        if not schedule:
+            raise BadInput("--schedule", "is required, like --schedule '*/5 * * * *'")
+        if not command:
+            raise BadInput("CMD", "give the command to run after --")
+        specs = [
+            cron.make_spec(
+                name,
+                schedule,
+                list(command),
+                tz=tz,
+                ttl=ttl,
+                concurrency=concurrency,
+                misfire=misfire,
+                starting_deadline=starting_deadline,
+                timeout=timeout,
+                jitter=jitter,
+                shards=shards,
+                broadcast=broadcast,
+                on_lock_lost=on_lock_lost,
+            )
+        ]
+    rs = app.rs  # connects (exit 69 when unreachable at start)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if not stop.is_set():
+            app.info(f"rsched: {signal.Signals(signum).name}: stopping (running jobs get SIGTERM)")
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    for sp in specs:
+        app.info(
+            f"rsched: cron {sp.name}: schedule {sp.schedule.expr!r} ({sp.schedule.tz}), "
+            f"concurrency {sp.concurrency}"
+            + (f", {sp.shards} shards" if sp.shards else "")
+            + (", broadcast" if sp.broadcast else "")
+        )
+    log = app.info if not app.quiet else (lambda _m: None)
+    cron.run_runners(rs, specs, stop, log, app.debug)
+
+
+# --- locks / unlock ------------------------------------------------------------------------
+@click.command("locks")
+@click.argument("pattern", required=False)
+@output_options
+@pass_app
+def locks(app: App, pattern: str | None) -> None:
+    """Held locks (exec / library locks and cron run locks): owner, TTL left, held for, fencing token.
+
+    PATTERN is a glob on the name (`backup*`). Uses SCAN, never KEYS.
+    """
+    from rsched.locks import list_locks
+
+    rows = list_locks(app.rs, pattern)
+    table(
+        rows,
+        [
+            ("NAME", lambda r: r.name),
+            ("KIND", lambda r: r.kind),
+            ("OWNER", lambda r: r.owner),
+            ("TTL", lambda r: human_duration(r.ttl_ms) if r.ttl_ms >= 0 else "none"),
+            ("HELD FOR", lambda r: human_duration(r.held_ms) if r.held_ms is not None else None),
+            ("TOKEN", lambda r: r.token),
+        ],
+        app.fmt,
+        to_json=lambda r: r.to_json(),
+        empty="no locks held",
+    )
+
+
+@click.command("unlock")
+@click.argument("name")
+@click.option(
+    "--token",
+    metavar="T",
+    help="The fencing token shown by `rsched locks` (safe: fails if it changed).",
+)
+@click.option("--force", is_flag=True, help="Release whoever holds it.")
+@pass_app
+def unlock(app: App, name: str, token: str | None, force: bool) -> None:
+    """Release a lock (or a cron's run lock). Exit 3 if not held, 4 if the token differs."""
+    from rsched.locks import unlock as do_unlock
+
+    if token and force:
+        raise BadInput("--force", "give either --token or --force, not both")
+    tok = do_unlock(app.rs, name, token, force)
+    app.info(f"released lock {name!r} (fencing token {tok})")
+
+
+# --- crons / pause / resume -----------------------------------------------------------------
+@click.command("crons")
+@output_options
+@pass_app
+def crons(app: App) -> None:
+    """Crons: schedule, time zone, next fire, last fire (when, result, host), live runners, paused."""
+    from rsched.cron import list_crons
+
+    rs = app.rs
+    rows = list_crons(rs)
+    now = rs.now_ms() if rows and app.fmt != "json" else 0
+    table(
+        rows,
+        [
+            ("NAME", lambda r: r.name),
+            ("SCHEDULE", lambda r: r.schedule),
+            ("TZ", lambda r: r.tz),
+            ("NEXT FIRE", lambda r: show(r.next_fire_ms, now) if r.next_fire_ms else None),
+            ("LAST FIRE", lambda r: show(r.last_fire_ms, now) if r.last_fire_ms else None),
+            ("RESULT", lambda r: r.last_result),
+            ("HOST", lambda r: r.last_host),
+            ("RUNNERS", lambda r: r.runners),
+            ("PAUSED", lambda r: r.paused),
+        ],
+        app.fmt,
+        to_json=lambda r: r.to_json(),
+        empty="no crons registered",
+    )
+
+
+def _pause_resume(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
+    verb = "pause" if pausing else "resume"
+    if (name is None) == (queue is None):
+        raise BadInput("NAME", f"give a cron NAME or --queue Q to {verb}")
+    rs = app.rs
+    if queue is not None:
+        from rsched import tasks
+
+        (tasks.pause if pausing else tasks.resume)(rs, queue)
+        app.info(f"queue {queue!r} {'paused' if pausing else 'resumed'}")
+        return
+    from rsched import cron
+
+    assert name is not None
+    if pausing:
+        known = cron.pause(rs, name)
+        app.info(
+            f"cron {name!r} paused: its ticks are recorded as skipped"
+            + ("" if known else " (no runner has registered it yet)")
+        )
+    else:
+        was = cron.resume(rs, name)
+        app.info(f"cron {name!r} resumed" if was else f"cron {name!r} was not paused")
+
+
+@click.command("pause")
+@click.argument("name", required=False)
+@click.option("--queue", metavar="Q", help="Pause a queue's consumers instead of a cron.")
+@pass_app
+def pause(app: App, name: str | None, queue: str | None) -> None:
+    """The emergency switch: a paused cron records its ticks as skipped; a paused queue is not consumed."""
+    _pause_resume(app, name, queue, True)
+
+
+@click.command("resume")
+@click.argument("name", required=False)
+@click.option("--queue", metavar="Q", help="Resume a queue instead of a cron.")
+@pass_app
+def resume(app: App, name: str | None, queue: str | None) -> None:
+    """Undo `rsched pause`."""
+    _pause_resume(app, name, queue, False)
+
+
+# --- history ---------------------------------------------------------------------------------
+@click.command("history")
+@click.argument("name", required=False)
+@click.option("--queue", metavar="Q", help="Task runs of this queue.")
+@click.option("--failed", is_flag=True, help="Only failed, timed-out and lost runs.")
+@click.option("--limit", type=int, default=50, show_default=True, help="Newest N records.")
+@output_options
+@pass_app
+def history(app: App, name: str | None, queue: str | None, failed: bool, limit: int) -> None:
+    """Execution records of cron fires, `exec` runs and task runs, newest first.
+
+    NAME is a cron or an `exec` lock; no NAME merges every cron, lock and queue.
+    """
+    from rsched import history as hist
+
+    if name and queue:
+        raise BadInput("--queue", "give NAME or --queue, not both")
+    rs = app.rs
+    rows = hist.read(rs, name, queue=queue, failed=failed, limit=limit)
+    now = rs.now_ms() if rows and app.fmt != "json" else 0
+
+    def who(r: Any) -> Any:
+        d = r.data
+        if d.get("kind") == "task":
+            return f"{d.get('queue')}/{d.get('type')} {d.get('id')}"
+        shard = f" #{d['shard']}" if "shard" in d else ""
+        return f"{d.get('name')}{shard}"
+
+    table(
+        rows,
+        [
+            ("KIND", lambda r: r.get("kind")),
+            ("NAME", who),
+            (
+                "FIRE",
+                lambda r: show(r.get("fire_ms"), now) if r.get("fire_ms") is not None else None,
+            ),
+            (
+                "STARTED",
+                lambda r: (
+                    show(r.get("started_ms"), now) if r.get("started_ms") is not None else None
+                ),
+            ),
+            (
+                "DURATION",
+                lambda r: (
+                    human_duration(r.get("duration_ms"))
+                    if r.get("duration_ms") is not None
+                    else None
+                ),
+            ),
+            ("RESULT", lambda r: r.get("result")),
+            ("EXIT", lambda r: r.get("exit_code")),
+            ("HOST", lambda r: r.get("host")),
+            ("ATTEMPT", lambda r: r.get("attempt")),
+            ("TOKEN", lambda r: r.get("token")),
+            (
+                "ERROR",
+                lambda r: (r.get("error") or "").splitlines()[-1][:60] if r.get("error") else None,
+            ),
+        ],
+        app.fmt,
+        to_json=lambda r: r.to_json(),
+        empty="no records",
+    )
+
+
+__all__ = [
+    "exec_cmd",
+    "run_cron",
+    "locks",
+    "unlock",
+    "crons",
+    "pause",
+    "resume",
+    "history",
+    "record",
+]

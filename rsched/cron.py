@@ -1,0 +1,868 @@
+"""`rsched run cron`: a cron runner that fires each tick exactly once across
+any number of runners and hosts.
+
+How a tick is fired (see ``lua/cron-tick-7.lua``):
+
+1. Every runner computes the next tick with croniter (``rsched.cronexpr``,
+   in the cron's time zone) and sleeps until it **by the server's clock**:
+   the offset ``server - local`` is measured from every reply that carries
+   the server's ``TIME`` (claims and heartbeats), so a host whose clock is
+   off neither fires early nor late.
+2. At the tick every runner calls the claim script. It compares the tick
+   with the server's ``TIME`` (a tick in the future is refused, ``early``),
+   and claims ``(cron, fire_ms)`` with ``ZADD NX`` into the ``ticks`` set
+   plus a high-water mark ``last_tick``: one runner wins, once ever.
+3. The winner applies the cron's policies atomically in the same script:
+   paused (recorded ``skipped``), too late (``missed``), concurrency
+   ``forbid`` (previous run still holds the run lock: ``skipped``),
+   ``replace`` (the holder is asked to stop through a ``cancel`` field its
+   watchdog sees), ``allow``; then takes the run lock with a new fencing
+   token and runs the job in a thread, with a watchdog renewing the lease.
+
+The main loop never blocks on a job, never fires a tick it could not claim,
+and survives Redis outages: errors back off and retry, and ticks that passed
+meanwhile follow the misfire policy (``skip``: recorded ``missed``;
+``run-once``: the latest fired once, late, within ``--starting-deadline``).
+
+Sharding (``--shards N``): each tick has N items; the live runners
+(heartbeat registry) split them by rank (item ``i`` goes to rank
+``i % live``), and shortly after the tick every runner takes over items no
+one claimed (a runner that died before its registration expired). Each item
+is claimed once (``HSETNX`` in a per-tick hash). ``--broadcast``: every live
+runner runs every tick once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from rsched import cronexpr, errors, proc, validate
+from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Watchdog, new_owner_id
+from rsched.timeutil import iso, parse_duration
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.client import Rsched
+
+CONCURRENCY = ("forbid", "allow", "replace")
+MISFIRE = ("skip", "run-once")
+ON_LOCK_LOST = ("kill", "continue")
+
+#: A tick claimed at most this late counts as on time (unless --starting-deadline says otherwise).
+ON_TIME_MS = 5_000
+#: Runner registry entries live this long; refreshed by every claim and by heartbeats.
+RUNNER_TTL_MS = 30_000
+#: A waiting runner talks to Redis at least this often (heartbeat + clock offset).
+HEARTBEAT_S = 10.0
+#: Ticks older than this many intervals (at least MIN_KEEP_MS) are trimmed from the ticks set.
+MIN_KEEP_MS = 3_600_000
+#: Missed ticks recorded one by one after an outage at most (older ones are only counted).
+MAX_BACKLOG = 100
+
+_CONFIG_KEYS = {
+    "schedule",
+    "tz",
+    "command",
+    "ttl",
+    "concurrency",
+    "misfire",
+    "starting_deadline",
+    "timeout",
+    "jitter",
+    "shards",
+    "broadcast",
+    "on_lock_lost",
+    "grace",
+}
+
+
+@dataclass
+class CronSpec:
+    name: str
+    schedule: cronexpr.Schedule
+    command: list[str]
+    ttl_ms: int = DEFAULT_TTL_MS
+    concurrency: str = "forbid"
+    misfire: str = "skip"
+    starting_deadline_ms: int | None = None
+    timeout_ms: int | None = None
+    jitter_ms: int = 0
+    shards: int | None = None
+    broadcast: bool = False
+    on_lock_lost: str = "kill"
+    grace_s: float = 5.0
+
+    @property
+    def sharded(self) -> bool:
+        return bool(self.shards) or self.broadcast
+
+
+def make_spec(
+    name: str,
+    schedule: str,
+    command: str | Sequence[str],
+    *,
+    tz: str = "UTC",
+    ttl: str | int | None = None,
+    concurrency: str = "forbid",
+    misfire: str = "skip",
+    starting_deadline: str | int | None = None,
+    timeout: str | int | None = None,
+    jitter: str | int | None = None,
+    shards: int | None = None,
+    broadcast: bool = False,
+    on_lock_lost: str = "kill",
+    grace: str | int | None = None,
+    prefix: str = "--",
+) -> CronSpec:
+    """Check every option (naming the field) before anything touches Redis."""
+
+    def f(opt: str) -> str:
+        return f"{prefix}{opt}" if prefix == "--" else f"{prefix}{opt.replace('-', '_')}"
+
+    def dur(v: str | int | None, opt: str) -> int | None:
+        if v is None:
+            return None
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v <= 0:
+                raise errors.BadInput(f(opt), f"{v} is not a positive duration")
+            return v
+        return parse_duration(str(v), f(opt))
+
+    validate.name(name, "NAME")
+    sched = cronexpr.parse(schedule, tz or "UTC", field=f("schedule"), tz_field=f("tz"))
+    argv = proc.split_command(command, f("command") if prefix != "--" else "CMD")
+    if concurrency not in CONCURRENCY:
+        raise errors.BadInput(
+            f("concurrency"), f"{concurrency!r} is not one of {', '.join(CONCURRENCY)}"
+        )
+    if misfire not in MISFIRE:
+        raise errors.BadInput(f("misfire"), f"{misfire!r} is not one of {', '.join(MISFIRE)}")
+    if on_lock_lost not in ON_LOCK_LOST:
+        raise errors.BadInput(
+            f("on-lock-lost"), f"{on_lock_lost!r} is not one of {', '.join(ON_LOCK_LOST)}"
+        )
+    ttl_ms = dur(ttl, "ttl") or DEFAULT_TTL_MS
+    if ttl_ms < MIN_TTL_MS:
+        raise errors.BadInput(f("ttl"), f"must be at least {MIN_TTL_MS}ms")
+    if shards is not None:
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 10_000:
+            raise errors.BadInput(f("shards"), f"{shards!r} is not a whole number from 1 to 10000")
+        if broadcast:
+            raise errors.BadInput(f("broadcast"), "cannot be combined with --shards")
+    if (shards or broadcast) and concurrency != "forbid":
+        raise errors.BadInput(
+            f("concurrency"),
+            "sharded and broadcast crons run every item of every tick; "
+            "--concurrency does not apply to them",
+        )
+    g = dur(grace, "grace")
+    return CronSpec(
+        name=name,
+        schedule=sched,
+        command=argv,
+        ttl_ms=ttl_ms,
+        concurrency=concurrency,
+        misfire=misfire,
+        starting_deadline_ms=dur(starting_deadline, "starting-deadline"),
+        timeout_ms=dur(timeout, "timeout"),
+        jitter_ms=dur(jitter, "jitter") or 0,
+        shards=shards,
+        broadcast=bool(broadcast),
+        on_lock_lost=on_lock_lost,
+        grace_s=(g / 1000) if g else 5.0,
+    )
+
+
+def spec_from_config(name: str, table: Mapping[str, Any]) -> CronSpec:
+    """A ``[cron.NAME]`` table of the config file."""
+    if not isinstance(table, Mapping):
+        raise errors.ConfigError(f"[cron.{name}] must be a table")
+    unknown = set(table) - _CONFIG_KEYS
+    if unknown:
+        raise errors.ConfigError(
+            f"[cron.{name}]: unknown key(s) {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(_CONFIG_KEYS))})"
+        )
+    for req in ("schedule", "command"):
+        if req not in table:
+            raise errors.ConfigError(f"[cron.{name}]: {req} is required")
+    try:
+        return make_spec(
+            name,
+            table["schedule"],
+            table["command"],
+            tz=table.get("tz", "UTC"),
+            ttl=table.get("ttl"),
+            concurrency=table.get("concurrency", "forbid"),
+            misfire=table.get("misfire", "skip"),
+            starting_deadline=table.get("starting_deadline"),
+            timeout=table.get("timeout"),
+            jitter=table.get("jitter"),
+            shards=table.get("shards"),
+            broadcast=bool(table.get("broadcast", False)),
+            on_lock_lost=table.get("on_lock_lost", "kill"),
+            grace=table.get("grace"),
+            prefix=f"cron.{name}.",
+        )
+    except errors.BadInput as exc:
+        raise errors.ConfigError(f"config: {exc}") from None
+
+
+class ServerClock:
+    """Estimates the server's clock from local time plus a measured offset."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0.0
+        self.measured = False
+        self._lock = threading.Lock()
+
+    def observe(self, server_ms: int, local_before: float, local_after: float) -> None:
+        mid = (local_before + local_after) / 2 * 1000
+        with self._lock:
+            self.offset_ms = server_ms - mid
+            self.measured = True
+
+    def now(self) -> float:
+        return time.time() * 1000 + self.offset_ms
+
+
+def _sd_notify(msg: str) -> None:
+    """systemd Type=notify (READY=1, STOPPING=1), when $NOTIFY_SOCKET is set."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(msg.encode())
+    except OSError:
+        pass
+
+
+def _is_redis_down(exc: BaseException) -> bool:
+    return isinstance(exc, redis.ConnectionError | redis.TimeoutError | errors.RedisUnavailable)
+
+
+@dataclass
+class _Active:
+    run: JobRun
+    thread: threading.Thread
+
+
+class CronRunner:
+    """One cron's runner loop (``run()`` blocks until ``stop`` is set)."""
+
+    def __init__(
+        self,
+        rs: Rsched,
+        spec: CronSpec,
+        stop: threading.Event | None = None,
+        log: Callable[[str], None] | None = None,
+        debug: Callable[[str], None] | None = None,
+    ):
+        self.rs = rs
+        self.spec = spec
+        self.k = rs.keys.cron(spec.name)
+        self.stop = stop or threading.Event()
+        self.log = log or (lambda _m: None)
+        self.debug = debug or (lambda _m: None)
+        ident = rs.identity()
+        self.host, self.pid = str(ident["host"]), int(ident["pid"])
+        self.runner_id = f"{self.host}:{self.pid}:{new_owner_id()[:8]}"
+        self.clock = ServerClock()
+        self.cursor: int | None = None  # the latest tick this runner has dealt with
+        self.active: list[_Active] = []
+        self._active_lock = threading.Lock()
+        self.commands = 0  # Redis round trips, for the idle-cost test
+        self._last_contact = 0.0
+        self._down_since: float | None = None
+
+    # --- Redis calls (each also measures the server clock) ------------------------
+    def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        t0 = time.time()
+        res = self.rs.scripts(name, keys, args)
+        t1 = time.time()
+        self.commands += 1
+        self._last_contact = time.monotonic()
+        if (
+            isinstance(res, list)
+            and len(res) > 1
+            and name in ("cron-tick-7", "cron-shard-7", "cron-heartbeat-1")
+        ):
+            self.clock.observe(int(res[1]), t0, t1)
+        return res
+
+    def _heartbeat(self) -> None:
+        self._script("cron-heartbeat-1", [self.k.runners], [self.runner_id, RUNNER_TTL_MS])
+
+    def _keep_ms(self, now: int) -> int:
+        try:
+            return max(3 * self.spec.schedule.interval_ms(now), MIN_KEEP_MS)
+        except errors.BadInput:  # pragma: no cover
+            return MIN_KEEP_MS
+
+    def register(self) -> None:
+        s = self.spec
+        pipe = self.rs.redis.pipeline(transaction=False)
+        pipe.sadd(self.rs.keys.crons, s.name)
+        pipe.hset(
+            self.k.state,
+            mapping={
+                "schedule": s.schedule.expr,
+                "tz": s.schedule.tz,
+                "concurrency": s.concurrency,
+                "misfire": s.misfire,
+                "shards": s.shards or 0,
+                "broadcast": int(s.broadcast),
+                "ttl_ms": s.ttl_ms,
+                "registered_ms": int(self.clock.now()),
+                "registered_by": self.runner_id,
+            },
+        )
+        pipe.execute()
+        self.commands += 1
+
+    def unregister(self) -> None:
+        try:
+            self.rs.redis.zrem(self.k.runners, self.runner_id)
+        except redis.RedisError:
+            pass
+
+    # --- the loop --------------------------------------------------------------------
+    def run(self) -> None:
+        backoff = 0.2
+        registered = False
+        while not self.stop.is_set():
+            try:
+                if not registered:
+                    self._heartbeat()
+                    self.register()
+                    registered = True
+                if self.cursor is None:
+                    self._start_cursor()
+                self._step()
+                if self._down_since is not None:
+                    self.log(
+                        f"cron {self.spec.name}: Redis is back after "
+                        f"{time.monotonic() - self._down_since:.1f}s"
+                    )
+                    self._down_since = None
+                backoff = 0.2
+            except Exception as exc:  # noqa: BLE001 - a runner never exits because Redis blinked
+                if not _is_redis_down(exc) and not isinstance(exc, redis.RedisError):
+                    if isinstance(exc, errors.RschedError) and not isinstance(
+                        exc, errors.RedisUnavailable
+                    ):
+                        self.log(f"cron {self.spec.name}: error: {exc}")
+                    else:
+                        self.log(
+                            f"cron {self.spec.name}: unexpected error: {type(exc).__name__}: {exc}"
+                        )
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                    self.log(
+                        f"cron {self.spec.name}: Redis unavailable ({exc}); retrying with backoff"
+                    )
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        self.shutdown()
+
+    def _start_cursor(self) -> None:
+        t0 = time.time()
+        now = self.rs.now_ms()
+        self.clock.observe(now, t0, time.time())
+        last = self.rs.redis.hget(self.k.state, "last_tick")
+        self.commands += 2
+        if last is not None and int(last) < now:
+            # Ticks since the last one any runner handled are the backlog (misfire policy),
+            # limited to the latest MAX_BACKLOG of them.
+            backlog = self.spec.schedule.ticks_between(int(last), now, limit=MAX_BACKLOG)
+            self.cursor = backlog[0] - 1 if backlog else now
+            if backlog:
+                self.debug(
+                    f"cron {self.spec.name}: {len(backlog)} tick(s) since the last one handled"
+                )
+        else:
+            self.cursor = now
+
+    def _wait_until(self, target_ms: int) -> bool:
+        """Sleep until the server's clock reaches ``target_ms``; False when stopping."""
+        while not self.stop.is_set():
+            remaining = target_ms - self.clock.now()
+            if remaining <= 0:
+                return True
+            since = time.monotonic() - self._last_contact
+            if since >= HEARTBEAT_S:
+                self._heartbeat()  # keeps the registration and re-measures the clock offset
+                continue
+            self.stop.wait(min(remaining / 1000, HEARTBEAT_S - since))
+        return False
+
+    def _step(self) -> None:
+        assert self.cursor is not None
+        s = self.spec
+        nxt = s.schedule.next_after(self.cursor)
+        if not self._wait_until(nxt):
+            return
+        now_est = int(self.clock.now())
+        due = s.schedule.ticks_between(self.cursor, max(now_est, nxt), limit=MAX_BACKLOG)
+        if not due:  # pragma: no cover - nxt <= now_est always
+            due = [nxt]
+        for i, t in enumerate(due):
+            if self.stop.is_set():
+                return
+            last = i == len(due) - 1
+            late = now_est - t > ON_TIME_MS
+            if s.misfire == "run-once":
+                if last:
+                    mode, deadline = (
+                        "fire",
+                        s.starting_deadline_ms if s.starting_deadline_ms else -1,
+                    )
+                elif late:
+                    mode, deadline = "missed", -1
+                else:
+                    mode, deadline = "fire", max(ON_TIME_MS, s.starting_deadline_ms or 0)
+            else:
+                mode, deadline = "fire", s.starting_deadline_ms or ON_TIME_MS
+            st = self._handle(t, mode, deadline)
+            if st == "early":
+                return  # our clock estimate ran ahead; it was just re-measured
+            self.cursor = t
+
+    def _handle(self, fire: int, mode: str, deadline: int) -> str:
+        s = self.spec
+        if s.sharded:
+            return self._handle_sharded(fire, mode, deadline)
+        owner = new_owner_id()
+        res = self._script(
+            "cron-tick-7",
+            [
+                self.k.ticks,
+                self.k.state,
+                self.k.run_lock,
+                self.k.fence,
+                self.k.paused,
+                self.k.history,
+                self.k.runners,
+            ],
+            [
+                fire,
+                mode,
+                self.runner_id,
+                owner,
+                s.ttl_ms,
+                self.host,
+                self.pid,
+                s.concurrency,
+                deadline,
+                self._keep_ms(fire),
+                self.rs.history_maxlen,
+                s.name,
+                RUNNER_TTL_MS,
+            ],
+        )
+        st, now = str(res[0]), int(res[1])
+        self.debug(f"cron {s.name}: tick {iso(fire)}: {st}")
+        if st == "run":
+            self._start_job(fire, int(res[2]), owner if s.concurrency != "allow" else "", now)
+        elif st == "replace":
+            threading.Thread(
+                target=self._replace,
+                args=(fire, owner),
+                daemon=True,
+                name=f"rsched-replace-{s.name}",
+            ).start()
+        elif st == "missed":
+            self.log(f"cron {s.name}: tick {iso(fire)} missed (recorded)")
+        elif st in ("paused", "skipped"):
+            self.debug(f"cron {s.name}: tick {iso(fire)} skipped ({st})")
+        return st
+
+    def _replace(self, fire: int, owner: str) -> None:
+        """Wait for the asked-to-stop holder to let go, then run this tick."""
+        s = self.spec
+        give_up_at = time.monotonic() + s.ttl_ms / 1000 + s.grace_s + 2
+        while not self.stop.is_set():
+            give_up = time.monotonic() >= give_up_at
+            try:
+                res = self._script(
+                    "cron-start-4",
+                    [self.k.run_lock, self.k.fence, self.k.state, self.k.history],
+                    [
+                        fire,
+                        owner,
+                        s.ttl_ms,
+                        self.host,
+                        self.pid,
+                        int(give_up),
+                        self.rs.history_maxlen,
+                        s.name,
+                    ],
+                )
+            except Exception as exc:  # noqa: BLE001
+                if not _is_redis_down(exc):
+                    self.log(f"cron {s.name}: replace failed: {exc}")
+                    return
+                self.stop.wait(0.5)
+                continue
+            st = str(res[0])
+            if st == "run":
+                self._start_job(fire, int(res[2]), owner, int(res[1]))
+                return
+            if st == "skipped":
+                self.log(f"cron {s.name}: tick {iso(fire)} skipped: the running job did not stop")
+                return
+            self.stop.wait(0.1)
+
+    def _handle_sharded(self, fire: int, mode: str, deadline: int) -> str:
+        s = self.spec
+        keys = [
+            self.k.ticks,
+            self.k.state,
+            self.k.shards(fire),
+            self.k.runners,
+            self.k.paused,
+            self.k.history,
+            self.k.fence,
+        ]
+        total = 1 if s.broadcast else int(s.shards or 1)
+
+        def call(m: str) -> Any:
+            return self._script(
+                "cron-shard-7",
+                keys,
+                [
+                    fire,
+                    m,
+                    self.runner_id,
+                    total,
+                    deadline if mode == "fire" else 0,
+                    self._keep_ms(fire),
+                    self.rs.history_maxlen,
+                    s.name,
+                    self.host,
+                    self.pid,
+                    RUNNER_TTL_MS,
+                ],
+            )
+
+        res = call("broadcast" if s.broadcast else "own")
+        st, now = str(res[0]), int(res[1])
+        if st != "ok":
+            if st != "early":
+                self.debug(f"cron {s.name}: tick {iso(fire)}: {st}")
+            return st
+        self._start_items(fire, res, now)
+        if s.broadcast:
+            return st
+        # Take over items of runners that died before claiming theirs.
+        delay = min(max(s.schedule.interval_ms(fire) // 3, 200), 2000)
+        if self._wait_until(fire + delay):
+            res = call("steal")
+            if str(res[0]) == "ok":
+                self._start_items(fire, res, int(res[1]), stolen=True)
+        return st
+
+    def _start_items(self, fire: int, res: list[Any], now: int, stolen: bool = False) -> None:
+        s = self.spec
+        for j in range(2, len(res), 2):
+            item, token = str(res[j]), int(res[j + 1])
+            shard = 0 if s.broadcast else int(item)
+            total = 1 if s.broadcast else int(s.shards or 1)
+            if stolen:
+                self.log(f"cron {s.name}: tick {iso(fire)}: took over shard {item}")
+            self._start_job(fire, token, "", now, shard=(shard, total))
+
+    # --- jobs --------------------------------------------------------------------------
+    def _start_job(
+        self,
+        fire: int,
+        token: int,
+        owner: str,
+        started_ms: int,
+        shard: tuple[int, int] | None = None,
+    ) -> None:
+        run = JobRun(self, fire, token, owner, started_ms, shard)
+        t = threading.Thread(
+            target=run.run, name=f"rsched-job-{self.spec.name}-{fire}", daemon=True
+        )
+        with self._active_lock:
+            self.active = [a for a in self.active if a.thread.is_alive()]
+            self.active.append(_Active(run, t))
+        t.start()
+
+    def shutdown(self) -> None:
+        """Stop running jobs gracefully (SIGTERM, then SIGKILL after the grace) and record them."""
+        with self._active_lock:
+            active = list(self.active)
+        for a in active:
+            a.run.cancel("runner shutting down")
+        for a in active:
+            a.thread.join(timeout=self.spec.grace_s + 15)
+        self.unregister()
+
+
+class JobRun:
+    """One run of a cron job: child process, watchdog, execution record."""
+
+    def __init__(
+        self,
+        runner: CronRunner,
+        fire: int,
+        token: int,
+        owner: str,
+        started_ms: int,
+        shard: tuple[int, int] | None,
+    ):
+        self.r = runner
+        self.fire = fire
+        self.token = token
+        self.owner = owner
+        self.started_ms = started_ms
+        self.shard = shard
+        self.child: proc.Child | None = None
+        self.stop_reason: str | None = None
+        self._cancel = threading.Event()
+        self.lost = threading.Event()
+
+    def cancel(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._cancel.set()
+        if self.child is not None:
+            self.child.stop(reason, self.r.spec.grace_s)
+
+    def run(self) -> None:
+        r, s = self.r, self.r.spec
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - report, never kill the runner
+            r.log(
+                f"cron {s.name}: job for tick {iso(self.fire)} failed to run: {type(exc).__name__}: {exc}"
+            )
+
+    def _run(self) -> None:
+        r, s = self.r, self.r.spec
+        dog: Watchdog | None = None
+        if self.owner:
+
+            def renew() -> int:
+                return int(r.rs.scripts("lock-renew-1", [r.k.run_lock], [self.owner, s.ttl_ms])[0])
+
+            def on_lost(reason: str) -> None:
+                self.lost.set()
+                r.log(
+                    f"cron {s.name}: run lock of tick {iso(self.fire)} lost ({reason})"
+                    + ("; stopping the job" if s.on_lock_lost == "kill" else "; the job continues")
+                )
+                if s.on_lock_lost == "kill":
+                    self.cancel("lock lost")
+
+            def on_cancel() -> None:
+                r.log(
+                    f"cron {s.name}: a newer tick replaces the run of {iso(self.fire)}; stopping it"
+                )
+                self.cancel("replaced by a newer tick")
+
+            dog = Watchdog(
+                renew,
+                s.ttl_ms,
+                on_lost=on_lost,
+                on_cancel=on_cancel,
+                name=f"rsched-watchdog-{s.name}",
+            ).start()
+        if s.jitter_ms:
+            self._cancel.wait(random.uniform(0, s.jitter_ms) / 1000)
+        env = {
+            "RSCHED_NAME": s.name,
+            "RSCHED_FIRE_AT": iso(self.fire) or "",
+            "RSCHED_FENCING_TOKEN": str(self.token),
+        }
+        if self.shard is not None and not s.broadcast:
+            env["RSCHED_SHARD_INDEX"] = str(self.shard[0])
+            env["RSCHED_SHARD_TOTAL"] = str(self.shard[1])
+        t0 = time.monotonic()
+        if self._cancel.is_set():
+            result = proc.ChildResult(143, False, self.stop_reason, "", 0)
+        else:
+            self.child = proc.Child(s.command, env=proc.child_env(env))
+            if self._cancel.is_set():  # cancelled while starting
+                self.child.stop(self.stop_reason or "cancelled", s.grace_s)
+            result = self.child.wait(s.timeout_ms / 1000 if s.timeout_ms else None, s.grace_s)
+        if dog is not None:
+            dog.stop()
+        if self.lost.is_set():
+            outcome = "lost"
+        elif result.timed_out:
+            outcome = "timeout"
+        elif result.ok:
+            outcome = "ok"
+        else:
+            outcome = "failed"
+        rec: dict[str, Any] = {
+            "kind": "cron",
+            "name": s.name,
+            "fire_ms": self.fire,
+            "started_ms": self.started_ms,
+            "duration_ms": int((time.monotonic() - t0) * 1000),
+            "result": outcome,
+            "exit_code": result.exit_code,
+            "host": r.host,
+            "pid": r.pid,
+            "attempt": 1,
+            "token": self.token,
+        }
+        if self.shard is not None and not s.broadcast:
+            rec["shard"], rec["shard_total"] = self.shard
+        if outcome != "ok":
+            rec["error"] = result.describe()
+        (r.debug if outcome == "ok" else r.log)(
+            f"cron {s.name}: tick {iso(self.fire)} {outcome}"
+            + (f" ({rec.get('error')})" if outcome != "ok" else "")
+            + f" in {rec['duration_ms']} ms"
+        )
+        self._finish(rec)
+
+    def _finish(self, rec: dict[str, Any]) -> None:
+        r = self.r
+        payload = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+        delay = 0.2
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                r.rs.scripts(
+                    "cron-finish-4",
+                    [r.k.run_lock, r.k.state, r.k.history, r.k.stats],
+                    [self.owner, r.rs.history_maxlen, payload],
+                )
+                return
+            except Exception as exc:  # noqa: BLE001
+                if not _is_redis_down(exc) or time.monotonic() > deadline:
+                    r.log(f"cron {r.spec.name}: could not record tick {iso(self.fire)}: {exc}")
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+
+def run_runners(
+    rs: Rsched,
+    specs: Sequence[CronSpec],
+    stop: threading.Event,
+    log: Callable[[str], None],
+    debug: Callable[[str], None] | None = None,
+) -> list[CronRunner]:
+    """Run one runner thread per spec until ``stop`` is set; returns the runners when all ended."""
+    runners = [CronRunner(rs, sp, stop, log, debug) for sp in specs]
+    threads = [
+        threading.Thread(target=r.run, name=f"rsched-cron-{r.spec.name}", daemon=True)
+        for r in runners
+    ]
+    for t in threads:
+        t.start()
+    _sd_notify("READY=1")
+    while not stop.is_set():
+        stop.wait(1.0)
+    _sd_notify("STOPPING=1")
+    for t in threads:
+        t.join(timeout=60)
+    return runners
+
+
+# --- pause / resume / listing ------------------------------------------------------------
+def pause(rs: Rsched, name: str) -> bool:
+    """Pause cron ``name``; returns whether any runner ever registered it."""
+    validate.name(name, "NAME")
+    k = rs.keys.cron(name)
+    known = bool(rs.redis.sismember(rs.keys.crons, name))
+    rs.redis.set(k.paused, "1")
+    return known
+
+
+def resume(rs: Rsched, name: str) -> bool:
+    """Resume cron ``name``; returns whether it was paused."""
+    validate.name(name, "NAME")
+    return bool(rs.redis.delete(rs.keys.cron(name).paused))
+
+
+@dataclass
+class CronInfo:
+    name: str
+    schedule: str | None
+    tz: str | None
+    next_fire_ms: int | None
+    last_fire_ms: int | None
+    last_result: str | None
+    last_host: str | None
+    runners: int
+    paused: bool
+    running: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "schedule": self.schedule,
+            "tz": self.tz,
+            "next_fire_at": iso(self.next_fire_ms),
+            "next_fire_ms": self.next_fire_ms,
+            "last_fire_at": iso(self.last_fire_ms),
+            "last_fire_ms": self.last_fire_ms,
+            "last_result": self.last_result,
+            "last_host": self.last_host,
+            "runners": self.runners,
+            "paused": self.paused,
+            "running": self.running,
+        }
+
+
+def list_crons(rs: Rsched) -> list[CronInfo]:
+    names = sorted(rs.redis.smembers(rs.keys.crons))
+    now = rs.now_ms()
+    if not names:
+        return []
+    pipe = rs.redis.pipeline(transaction=False)
+    for n in names:
+        k = rs.keys.cron(n)
+        pipe.hgetall(k.state)
+        pipe.exists(k.paused)
+        pipe.zcount(k.runners, now, "+inf")
+        pipe.exists(k.run_lock)
+    res = pipe.execute()
+    out = []
+    for i, n in enumerate(names):
+        st, paused, runners, running = res[4 * i : 4 * i + 4]
+        nxt = None
+        if st.get("schedule"):
+            try:
+                nxt = cronexpr.parse(st["schedule"], st.get("tz") or "UTC").next_after(now)
+            except errors.BadInput:
+                nxt = None
+        lf = st.get("last_run_fire")
+        out.append(
+            CronInfo(
+                n,
+                st.get("schedule"),
+                st.get("tz"),
+                nxt,
+                int(lf) if lf else None,
+                st.get("last_result"),
+                st.get("last_host"),
+                int(runners),
+                bool(paused),
+                bool(running),
+            )
+        )
+    return out

@@ -1,0 +1,249 @@
+"""`rsched exec`: guard one run of a command from a host crontab or a systemd timer.
+
+At most one host runs the command at a time (an owned lock with watchdog
+renewal); with ``--once-per`` at most once per tick of that schedule: the
+tick is the most recent one at or before the **server's** now, and it is
+claimed once ever, atomically with the lock, so hosts whose cron daemons fire
+late or early (by less than a tick) never run one tick twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rsched import cronexpr, errors, proc, validate
+from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Holder, Watchdog, _dumps, _int, new_owner_id
+from rsched.timeutil import iso
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.client import Rsched
+
+IF_LOCKED = ("skip", "wait", "fail")
+ON_LOCK_LOST = ("kill", "continue")
+#: Claimed ticks are remembered at least this long (and at least 3 intervals).
+MIN_TICK_KEEP_MS = 3_600_000
+
+
+@dataclass
+class ExecOutcome:
+    status: str  # "ran" | "skipped" (locked) | "done" (tick already run)
+    exit_code: int
+    result: str | None = None  # history result when it ran
+    token: int | None = None
+    fire_ms: int | None = None
+    note: str = ""
+
+
+class OncePer:
+    """The tick rule of ``--once-per``: a cron expression or a plain duration."""
+
+    def __init__(self, text: str, tz: str = "UTC"):
+        self.text = text
+        self.every_ms = cronexpr.parse_every(text)
+        self.schedule = None if self.every_ms else cronexpr.parse(text, tz, field="--once-per")
+
+    def tick_at(self, now_ms: int) -> int:
+        if self.every_ms:
+            return now_ms - now_ms % self.every_ms
+        assert self.schedule is not None
+        return self.schedule.prev_at_or_before(now_ms)
+
+    def keep_ms(self, now_ms: int) -> int:
+        if self.every_ms:
+            interval = self.every_ms
+        else:
+            assert self.schedule is not None
+            interval = self.schedule.interval_ms(now_ms)
+        return max(3 * interval, MIN_TICK_KEEP_MS)
+
+
+def run_exec(
+    rs: Rsched,
+    name: str,
+    command: Sequence[str],
+    *,
+    ttl_ms: int = DEFAULT_TTL_MS,
+    once_per: str | None = None,
+    tz: str = "UTC",
+    if_locked: str = "skip",
+    wait_timeout_ms: int | None = None,
+    timeout_ms: int | None = None,
+    on_lock_lost: str = "kill",
+    grace_s: float = 5.0,
+    log: Callable[[str], None] | None = None,
+) -> ExecOutcome:
+    """Run ``command`` under lock ``name``; see the module doc. Input is checked
+    before anything is written to Redis."""
+    say = log or (lambda _m: None)
+    validate.name(name, "--lock")
+    if ttl_ms < MIN_TTL_MS:
+        raise errors.BadInput("--ttl", f"must be at least {MIN_TTL_MS}ms")
+    if if_locked not in IF_LOCKED:
+        raise errors.BadInput("--if-locked", f"{if_locked!r} is not one of {', '.join(IF_LOCKED)}")
+    if on_lock_lost not in ON_LOCK_LOST:
+        raise errors.BadInput(
+            "--on-lock-lost", f"{on_lock_lost!r} is not one of {', '.join(ON_LOCK_LOST)}"
+        )
+    argv = proc.split_command(list(command) if not isinstance(command, str) else command, "CMD")
+    rule = OncePer(once_per, tz) if once_per else None
+
+    k = rs.keys.lock(name)
+    owner = new_owner_id()
+    ident = rs.identity()
+    deadline = None
+    if if_locked == "wait":
+        deadline = time.monotonic() + (wait_timeout_ms / 1000 if wait_timeout_ms else float("inf"))
+    delay = 0.05
+    fire_ms: int | None = None
+    while True:
+        now = rs.now_ms()
+        fire_ms = rule.tick_at(now) if rule else None
+        keep = rule.keep_ms(now) if rule else 0
+        res = rs.scripts(
+            "exec-acquire-3",
+            [k.lock, k.fence, k.ticks],
+            [owner, ttl_ms, ident["host"], ident["pid"], -1 if fire_ms is None else fire_ms, keep],
+        )
+        status = res[0]
+        if status == "ok":
+            token, started_ms = int(res[2]), int(res[1])
+            break
+        if status == "early":  # the server's clock moved back between TIME and the claim
+            continue
+        if status == "done":
+            note = (
+                f"tick {iso(fire_ms)} of lock {name!r} already ran (claimed at {iso(_int(res[2]))})"
+            )
+            say(note)
+            return ExecOutcome("done", 0, fire_ms=fire_ms, note=note)
+        holder = Holder(str(res[2]), _int(res[3]), _int(res[4]), int(res[5]))
+        note = f"lock {name!r} is {holder.describe()}"
+        if if_locked == "skip":
+            say(note + "; skipped")
+            return ExecOutcome("skipped", 0, fire_ms=fire_ms, note=note)
+        if if_locked == "fail":
+            raise errors.LockHeld(note)
+        assert deadline is not None
+        if time.monotonic() >= deadline:
+            raise errors.LockHeld(note + f"; still held after waiting {wait_timeout_ms} ms")
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 0.5)
+
+    try:
+        rs.redis.sadd(rs.keys.locks, name)
+    except Exception:  # noqa: BLE001 - registry is for listings only
+        pass
+    env = proc.child_env(
+        {
+            "RSCHED_NAME": name,
+            "RSCHED_FIRE_AT": iso(fire_ms if fire_ms is not None else started_ms) or "",
+            "RSCHED_FENCING_TOKEN": str(token),
+        }
+    )
+    say(f"lock {name!r} acquired with fencing token {token}")
+    child = proc.Child(argv, env=env)
+    lost = threading.Event()
+
+    def on_lost(reason: str) -> None:
+        lost.set()
+        say(
+            f"lock {name!r} lost: {reason}"
+            + ("; stopping the command" if on_lock_lost == "kill" else "")
+        )
+        if on_lock_lost == "kill":
+            child.stop("lock lost", grace_s)
+
+    def renew() -> int:
+        return int(rs.scripts("lock-renew-1", [k.lock], [owner, ttl_ms])[0])
+
+    dog = Watchdog(renew, ttl_ms, on_lost=on_lost, name=f"rsched-exec-{name}").start()
+    prev = _forward_signals(child, grace_s)
+    try:
+        result = child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
+    finally:
+        dog.stop()
+        _restore_signals(prev)
+    if lost.is_set():
+        outcome = "lost"
+    elif result.timed_out:
+        outcome = "timeout"
+    elif result.ok:
+        outcome = "ok"
+    else:
+        outcome = "failed"
+    rec: dict[str, Any] = {
+        "kind": "exec",
+        "name": name,
+        "fire_ms": fire_ms if fire_ms is not None else started_ms,
+        "started_ms": started_ms,
+        "duration_ms": result.duration_ms,
+        "result": outcome,
+        "exit_code": result.exit_code,
+        "host": ident["host"],
+        "pid": ident["pid"],
+        "attempt": 1,
+        "token": token,
+    }
+    if outcome != "ok":
+        rec["error"] = result.describe()
+    _release_with_retry(rs, k.lock, k.history, owner, rec)
+    return ExecOutcome("ran", result.exit_code, result=outcome, token=token, fire_ms=fire_ms)
+
+
+def _release_with_retry(
+    rs: Rsched, lock_key: str, hist_key: str, owner: str, rec: dict[str, Any]
+) -> None:
+    delay = 0.1
+    for _ in range(6):
+        try:
+            rs.scripts(
+                "lock-release-2", [lock_key, hist_key], [owner, rs.history_maxlen, _dumps(rec)]
+            )
+            return
+        except errors.RedisUnavailable:
+            time.sleep(delay)
+            delay *= 2
+        except Exception as exc:  # noqa: BLE001
+            from rsched.scripts import map_error
+
+            if isinstance(map_error(exc), errors.RedisUnavailable):
+                time.sleep(delay)
+                delay *= 2
+                continue
+            raise
+
+
+def _forward_signals(child: proc.Child, grace_s: float) -> dict[int, Any]:
+    """SIGTERM/SIGINT/SIGHUP to `exec` stop the child's group gracefully."""
+    prev: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return prev
+
+    def handler(signum: int, _frame: Any) -> None:
+        threading.Thread(
+            target=child.stop, args=(f"signal {signal.Signals(signum).name}", grace_s), daemon=True
+        ).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            prev[sig] = signal.signal(sig, handler)
+        except (ValueError, OSError):
+            pass
+    return prev
+
+
+def _restore_signals(prev: dict[int, Any]) -> None:
+    for sig, h in prev.items():
+        try:
+            signal.signal(sig, h)
+        except (ValueError, OSError):
+            pass
+
+
+__all__ = ["run_exec", "ExecOutcome", "OncePer", "os"]

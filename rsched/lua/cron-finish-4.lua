@@ -1,0 +1,30 @@
+-- cron-finish-4: a cron run ended: release the run lock (owner-checked), keep
+-- the last result in the state hash, append the execution record.
+--
+-- KEYS[1] lock     HASH run lock (see _lock.lua)
+-- KEYS[2] state    HASH last_run_fire, last_result, last_host, ...
+-- KEYS[3] history  STREAM execution records (capped)
+-- KEYS[4] stats    HASH result -> count
+-- ARGV[1] owner    string, owner id ("" when the run held no lock)
+-- ARGV[2] maxlen   integer, history cap
+-- ARGV[3] record   JSON object text (kind, name, fire_ms, started_ms, result, ...);
+--                  finished_ms is set here from the server clock
+-- Returns {released 1|0, now}.
+--@include _now.lua
+--@include _record.lua
+
+local now = now_ms()
+local released = 0
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+end
+local rec = cjson.decode(ARGV[3])
+rec['finished_ms'] = now
+local last = tonumber(redis.call('HGET', KEYS[2], 'last_run_fire') or '-1')
+if tonumber(rec['fire_ms']) >= last then
+  redis.call('HSET', KEYS[2], 'last_run_fire', rec['fire_ms'], 'last_result', rec['result'], 'last_host', rec['host'])
+end
+redis.call('HINCRBY', KEYS[4], rec['result'], 1)
+history(KEYS[3], ARGV[2], rec)
+return {released, now}

@@ -1,0 +1,79 @@
+-- cron-tick-7: a runner claims one tick of a cron (not a lock: the tick
+-- itself, once ever), by the server's clock, and decides what happens to it.
+--
+-- KEYS[1] ticks    ZSET member fire_ms -> claim time (ms), trimmed by age
+-- KEYS[2] state    HASH last_tick, last_run_fire, last_result, last_host, ...
+-- KEYS[3] lock     HASH the run lock's owner record (see _lock.lua)
+-- KEYS[4] fence    STRING fencing counter
+-- KEYS[5] paused   STRING present while the cron is paused
+-- KEYS[6] history  STREAM execution records (capped)
+-- KEYS[7] runners  ZSET runner id -> registration expiry (ms)
+-- ARGV[1]  fire         integer ms, the tick
+-- ARGV[2]  mode         'fire' (run it if allowed) | 'missed' (only record it as missed)
+-- ARGV[3]  runner       string, runner id for the registry
+-- ARGV[4]  owner        string, owner id for the run lock
+-- ARGV[5]  ttl          integer ms, run-lock lease
+-- ARGV[6]  host         string
+-- ARGV[7]  pid          integer
+-- ARGV[8]  concurrency  'forbid' | 'allow' | 'replace'
+-- ARGV[9]  deadline     integer ms: later than fire + deadline the tick is missed; -1 = no limit
+-- ARGV[10] keep         integer ms, how long claimed ticks are remembered
+-- ARGV[11] maxlen       integer, history cap
+-- ARGV[12] name         string, the cron's name (for records)
+-- ARGV[13] runner_ttl   integer ms, registry entry lifetime
+-- Returns {status, now[, token]}; status:
+--   'early'   the tick is in the future by the server's clock (nothing written)
+--   'taken'   another runner claimed it already
+--   'missed'  claimed, too late (or mode missed): recorded `missed`
+--   'paused'  claimed, cron paused: recorded `skipped` (paused)
+--   'skipped' claimed, previous run still active (forbid): recorded `skipped`
+--   'replace' claimed, a run is active: its holder was asked to stop; take the lock when free
+--   'run'     claimed, run it with fencing token `token` (lock taken unless concurrency allow)
+--@include _now.lua
+--@include _record.lua
+--@include _types.lua
+--@include _lock.lua
+--@include _cron.lua
+
+local bad = check_types({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'string',
+  KEYS[6], 'stream', KEYS[7], 'zset'})
+if bad then return bad end
+local now = now_ms()
+local fire = ARGV[1]
+local maxlen, name, host, pid = ARGV[11], ARGV[12], ARGV[6], ARGV[7]
+cron_register(KEYS[7], ARGV[3], tonumber(ARGV[13]), now)
+if tonumber(fire) > now then
+  return {'early', now}
+end
+if not cron_claim_tick(KEYS[1], KEYS[2], fire, now, tonumber(ARGV[10])) then
+  return {'taken', now}
+end
+local deadline = tonumber(ARGV[9])
+if ARGV[2] == 'missed' or (deadline >= 0 and now - tonumber(fire) > deadline) then
+  cron_note(KEYS[6], maxlen, name, fire, now, 'missed', 'late by ' .. (now - tonumber(fire)) .. ' ms', host, pid)
+  return {'missed', now}
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  cron_note(KEYS[6], maxlen, name, fire, now, 'skipped', 'paused', host, pid)
+  return {'paused', now}
+end
+local conc = ARGV[8]
+local tok
+if conc == 'allow' then
+  tok = redis.call('INCR', KEYS[4])
+else
+  tok = lock_try(KEYS[3], KEYS[4], ARGV[4], tonumber(ARGV[5]), host, pid, now)
+  if not tok then
+    if conc == 'replace' then
+      redis.call('HSET', KEYS[3], 'cancel', fire)
+      return {'replace', now}
+    end
+    local h = lock_holder(KEYS[3])
+    cron_note(KEYS[6], maxlen, name, fire, now, 'skipped',
+      'previous run still active (host ' .. h[1] .. ', pid ' .. h[2] .. ', token ' .. h[3] .. ')', host, pid)
+    return {'skipped', now}
+  end
+  redis.call('HSET', KEYS[3], 'fire', fire)
+end
+redis.call('HSET', KEYS[2], 'last_run_fire', fire, 'last_result', 'running', 'last_host', host)
+return {'run', now, tok}

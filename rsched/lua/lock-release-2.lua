@@ -1,0 +1,25 @@
+-- lock-release-2: release a lock only if the caller owns it, and append the
+-- run's execution record.
+--
+-- KEYS[1] lock     HASH owner record
+-- KEYS[2] history  STREAM execution records (capped)
+-- ARGV[1] owner    string, the caller's owner id
+-- ARGV[2] maxlen   integer, history cap (0 = no record)
+-- ARGV[3] record   JSON object text, the execution record ("" = none);
+--                  its finished_ms is set here from the server clock
+-- Returns {released 1|0, now}.
+--@include _now.lua
+--@include _record.lua
+
+local now = now_ms()
+local released = 0
+if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+end
+if ARGV[3] ~= '' then
+  local rec = cjson.decode(ARGV[3])
+  rec['finished_ms'] = now
+  history(KEYS[2], ARGV[2], rec)
+end
+return {released, now}
