@@ -81,8 +81,8 @@ IDLE_CAP_MS = 5_000
 REGISTRATION_TTL_MS = 15_000
 #: Stale leases reaped per claim call.
 REAP_LIMIT = 100
-#: Most tasks one worker slot holds at a time with Python callables (prefetch).
-PY_BATCH_MAX = 512
+#: Most tasks a consumer with Python callables holds (claimed, not yet settled).
+PY_HELD_MAX = 1024
 #: A Python slot's prefetch aims at this much work per batch.
 PY_BATCH_TARGET_S = 0.05
 #: Redis outage backoff cap.
@@ -811,7 +811,10 @@ class Consumer:
         """(tasks this consumer may hold, tasks a worker takes at once)."""
         if self._commands:
             return self.concurrency, 1
-        per_slot = max(1, min(PY_BATCH_MAX, int(PY_BATCH_TARGET_S / max(self._py_avg_s, 1e-7))))
+        per_slot = int(PY_BATCH_TARGET_S / max(self._py_avg_s, 1e-7))
+        # Two batches per slot (one running, one ready), at most PY_HELD_MAX held in all:
+        # a crash re-runs at most that many tasks.
+        per_slot = max(1, min(per_slot, PY_HELD_MAX // (2 * self.concurrency)))
         return self.concurrency * per_slot * 2, per_slot
 
     def _claim_all(self, now: float) -> tuple[bool, bool]:

@@ -531,3 +531,124 @@ def test_bad_input_exits_2_before_touching_redis(cli: Cli, rs: Rsched, args: lis
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("rsched: error: ") and len(res.stderr.strip().splitlines()) == 1
     assert not list(rs.redis.scan_iter(f"{rs.namespace}:*"))
+
+
+def test_a_lost_lease_kills_the_handler_and_its_result_does_not_count(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(
+        tmp_path,
+        "h.sh",
+        """
+        echo "$$" > pid.txt
+        exec sleep 30
+        """,
+    )
+    p, err = start(cli, tmp_path, "--handler", f"t.l={h}", "--lease", "1s")
+    cli("add", "t.l", "l1", check=0)
+    pid_file = tmp_path / "pid.txt"
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=15, what="handler")
+    pid = int(pid_file.read_text())
+    rs.cancel("t.l", "l1")  # the task is gone: the next heartbeat finds the lease lost
+    wait_for(lambda: not alive(pid), timeout=10, what="handler killed after its lease was lost")
+    wait_for(lambda: "lease lost for t.l l1" in err.read_text(), timeout=10, what="log line")
+    assert stop(p) == 0
+    assert rs.redis.hget(rs.keys.queue("default").stats, "ok|t.l") is None
+
+
+def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
+    """The Lua contract under the consumer: a stale token is refused by every operation."""
+    q = rs.keys.queue("default")
+    claim_keys = [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history]
+    add_many(rs, "t.tok", ["x"])
+    out = rs.scripts("claim-9", claim_keys, [1, 300, "old", 15000, 100, 100, "default", 5])
+    old_token = out[6 + 4]
+    # the old consumer stalls: its lease expires, the task is reaped and claimed again
+    wait_for(lambda: rs.now_ms() > int(rs.redis.zscore(q.proc, "t.tok x") or 0), timeout=5)
+    out = rs.scripts("claim-9", claim_keys, [1, 60000, "new", 15000, 100, 100, "default", 5])
+    assert out[4] == 1 and len(out) == 6 + 7
+    new_token = out[6 + 4]
+    assert new_token != old_token and out[6 + 2] == 2  # attempt 2
+    stale = ["t.tok x", old_token]
+    assert rs.scripts("heartbeat-2", [q.proc, q.tasks], [1000, *stale]) == [0]
+    assert rs.scripts("ack-4", [q.proc, q.tasks, q.history, q.stats], [100, *stale, ""]) == [0]
+    fail_keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake]
+    assert (
+        rs.scripts("fail-7", fail_keys, [100, *stale, "e", 10, "", "failed", "0", 5])[0] == "stale"
+    )
+    assert rs.scripts("release-4", [q.sched, q.proc, q.tasks, q.wake], stale) == 0
+    assert rs.show("t.tok", "x").state == "processing"
+    ack = rs.scripts(
+        "ack-4", [q.proc, q.tasks, q.history, q.stats], [100, "t.tok x", new_token, ""]
+    )
+    assert ack == [1] and gone(rs, "t.tok", "x")
+
+
+def test_handler_table_precedence_and_catch_all(tmp_path: Path) -> None:
+    from rsched.consumer import CommandHandler, HandlerTable, PythonHandler
+
+    table = HandlerTable(
+        {
+            "*": "fallback",
+            "report.*": "glob",
+            "report.daily.*": "longer-glob",
+            "report.x": "exact",
+            "fn": print,
+        }  # fmt: skip
+    )
+    assert table.get("report.x") == CommandHandler(("exact",))
+    assert table.get("report.daily.eu") == CommandHandler(("longer-glob",))
+    assert table.get("report.weekly") == CommandHandler(("glob",))
+    assert table.get("order.close") == CommandHandler(("fallback",))
+    assert isinstance(table.get("fn"), PythonHandler)
+    assert HandlerTable({"a": "true"}).get("b") is None
+
+
+def test_backoff_is_exponential_with_full_jitter_and_capped() -> None:
+    import random
+
+    from rsched.consumer import backoff_delay_ms
+
+    rnd = random.Random(1)
+    for attempt, ceiling in ((1, 100), (2, 200), (3, 400), (4, 500), (30, 500)):
+        samples = [backoff_delay_ms(attempt, 100, 500, rnd) for _ in range(300)]
+        assert 0 <= min(samples) and max(samples) <= ceiling
+        assert max(samples) > ceiling * 0.8  # the whole range is used (full jitter)
+
+
+def test_one_consumer_wakes_for_any_of_its_queues(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    p, _ = start(cli, tmp_path, "--queue", "qa", "--queue", "qb", "--handler", "t.m=true")
+    wait_for(lambda: _blocked_clients(rs) >= 1, timeout=15, what="consumer asleep")
+    cli("add", "--queue", "qb", "--in", "200ms", "t.m", "m1", check=0)
+    wait_for(lambda: gone(rs, "t.m", "m1", "qb"), timeout=10, what="task on the second queue run")
+    (r,) = history(rs, "qb")
+    assert 0 <= r["started_ms"] - r["fire_ms"] < 2000
+    assert stop(p) == 0
+
+
+@pytest.mark.slow
+def test_soak_kill9_one_of_four_consumers_loses_nothing(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    (tmp_path / "hcount.py").write_text(textwrap.dedent(COUNTER_MOD))
+    args = ("--call", "t.soak=hcount:run", "--concurrency", "4", "--lease", "1s")
+    procs = [start(cli, tmp_path, *args, name=f"c{i}")[0] for i in range(4)]
+    n = 20_000
+    add_many(rs, "t.soak", [f"id{i}" for i in range(n)])
+    ran = tmp_path / "ran.txt"
+    victim = procs[0].pid
+    wait_for(
+        lambda: sum(x.endswith(f" {victim}") for x in lines(ran)) > 100,
+        timeout=60,
+        what="victim busy",
+    )
+    os.kill(victim, signal.SIGKILL)
+    q = rs.keys.queue("default")
+    wait_for(lambda: rs.redis.hlen(q.tasks) == 0, timeout=120, what="queue drained")
+    counts = Counter(x.split()[0] for x in lines(ran))
+    assert len(counts) == n  # none lost
+    dupes = sum(v - 1 for v in counts.values())
+    assert int(rs.redis.hget(q.stats, "ok|t.soak") or 0) == n
+    print(f"soak: {dupes} re-runs after kill -9")
+    assert rs.redis.zcard(q.dead) == 0
+    assert all(stop(p) == 0 for p in procs[1:])
