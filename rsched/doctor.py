@@ -203,6 +203,8 @@ class Doctor:
                 return _unverified(name, "CONFIG GET and INFO memory", exc)
             policy = str(mem.get("maxmemory_policy", ""))
             maxmem = int(mem.get("maxmemory", 0) or 0)
+        if not policy:
+            return Check(name, WARN, "could not verify: the server did not report maxmemory-policy")
         if policy != "noeviction":
             return Check(
                 name,
@@ -347,7 +349,11 @@ class Doctor:
             except (_Denied, redis.RedisError):
                 state = "?"
             if state not in ("ok", "?"):
-                return Check(name, FAIL, f"cluster, cluster_state {state}")
+                return Check(
+                    name,
+                    FAIL,
+                    f"cluster, cluster_state {state}: slots unassigned or nodes down; writes fail",
+                )
             return Check(name, PASS, f"cluster (state {state}); each queue's keys share a hash tag")
         suffix = f", {replicas} replica(s)" if replicas else ""
         return Check(name, PASS, f"{mode}, {role}{suffix}")
@@ -370,14 +376,14 @@ class Doctor:
         rtt, offset = best
         off_ms = offset * 1000
         direction = "behind" if off_ms > 0 else "ahead of"
-        detail = f"this host is {abs(off_ms):.0f} ms {direction} the server (±{rtt * 500:.0f} ms)"
+        amount = f"{abs(off_ms) / 1000:.1f} s" if abs(off_ms) >= 1000 else f"{abs(off_ms):.0f} ms"
+        detail = f"this host's clock is {amount} {direction} the server's (+/- {rtt * 500:.0f} ms)"
         if abs(off_ms) > CLOCK_WARN_MS:
             return Check(
                 name,
                 WARN,
-                detail + ": due times still use the server's clock, but local "
-                "times shown and --at/--in read from here will be off; "
-                "run NTP (chrony, systemd-timesyncd)",
+                detail + ": due times still follow the server's clock, but this host's logs and "
+                "its notion of 'now' disagree with it; run NTP (chrony, systemd-timesyncd)",
             )
         return Check(name, PASS, detail)
 
@@ -447,8 +453,16 @@ class Doctor:
         )
 
     # --- all ------------------------------------------------------------------
+    def is_sentinel(self) -> bool:
+        try:
+            info = self.info("server")
+            return str(info.get("redis_mode") or info.get("server_mode")) == "sentinel"
+        except (_Denied, redis.RedisError):
+            return False
+
     def run(self) -> list[Check]:
         out = []
+        sentinel = self.is_sentinel()
         for fn in (
             self.reachable,
             self.server,
@@ -459,13 +473,34 @@ class Doctor:
             self.clock,
             self.acl,
         ):
+            if sentinel and fn not in (self.reachable, self.server, self.topology):
+                out.append(
+                    Check(
+                        _NAMES[fn.__name__],
+                        WARN,
+                        "not checked: this is a Sentinel, which holds no data",
+                    )
+                )
+                continue
             try:
                 out.append(fn())
             except _Denied as exc:  # pragma: no cover - each check handles its own denials
-                out.append(_unverified(fn.__name__, "a command", exc))
+                out.append(_unverified(_NAMES[fn.__name__], "a command", exc))
             except redis.ResponseError as exc:
-                out.append(Check(fn.__name__.replace("_", "-"), WARN, f"could not verify: {exc}"))
+                out.append(Check(_NAMES[fn.__name__], WARN, f"could not verify: {exc}"))
         return out
+
+
+_NAMES = {
+    "reachable": "reachable",
+    "server": "server",
+    "maxmemory_policy": "maxmemory-policy",
+    "persistence": "persistence",
+    "keyspace_events": "keyspace-events",
+    "topology": "topology",
+    "clock": "clock",
+    "acl": "acl",
+}
 
 
 def run_checks(rs: Rsched) -> list[Check]:

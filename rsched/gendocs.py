@@ -640,7 +640,7 @@ _GUARANTEES = [
     ),
 ]
 
-_EXIT_TEXT = {
+_EXIT_TEXT: dict[int, str] = {
     ExitCode.OK: "Success.",
     ExitCode.FAILURE: "Failure (doctor found a FAIL, a run failed). For exec, the child's own exit status is passed through.",
     ExitCode.USAGE: "Usage error or bad input (a name, duration, time or cron expression that is refused).",
@@ -831,11 +831,11 @@ def man(tree: Node) -> str:
     for name, text in _FILES:
         out += [".TP", f"\\fI{_roff(name)}\\fR", _roff(text)]
     out.append(".SH EXAMPLES")
-    for i, (text, code) in enumerate(_EXAMPLES):
+    for i, (text, snippet) in enumerate(_EXAMPLES):
         if i:
             out.append(".PP")
         out += _roff_lines(_roff(text))
-        out += [".PP", ".RS 4", ".nf", *_roff_lines(_roff(code)), ".fi", ".RE"]
+        out += [".PP", ".RS 4", ".nf", *_roff_lines(_roff(snippet)), ".fi", ".RE"]
     out += [
         ".SH SEE ALSO",
         "\\fBredis\\-server\\fR(1), \\fBsystemd.service\\fR(5), \\fBsystemd.timer\\fR(5),",

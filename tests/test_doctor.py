@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from rsched.doctor import Doctor, startup_warnings
 from rsched.server import find_valkey
-from tests.support import Cli, RedisServer
+from tests.support import RSCHED, Cli, RedisServer, free_port, wait_for
 
 
 def checks(
@@ -143,8 +146,6 @@ def test_missing_acl_permission_fails(make_server, namespace: str) -> None:
 
 
 def test_unreachable_exits_69(namespace: str, server: RedisServer) -> None:
-    from tests.support import free_port
-
     res = Cli(server, namespace)("--redis-url", f"redis://127.0.0.1:{free_port()}/0", "doctor")
     assert res.returncode == 69
     assert "Traceback" not in res.stderr
@@ -186,3 +187,73 @@ def test_doctor_writes_nothing(server: RedisServer, namespace: str) -> None:
     Doctor(c, namespace).run()
     assert c.dbsize() == before
     assert not c.keys(f"{namespace}:*")
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="faketime (libfaketime) not installed")
+def test_clock_offset_warns(server: RedisServer, namespace: str) -> None:
+    # a real skewed client clock (libfaketime), against a real server
+    env = Cli(server, namespace).env()
+    for skew, direction in (("+30s", "ahead of"), ("-5s", "behind")):
+        res = subprocess.run(
+            ["faketime", "-f", skew, *RSCHED, "doctor", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert res.returncode == 0, res.stderr
+        clock = {r["check"]: r for r in json.loads(res.stdout)}["clock"]
+        assert clock["status"] == "WARN", clock
+        assert direction in clock["detail"] and "NTP" in clock["detail"]
+    _, c = checks(Cli(server, namespace))
+    assert c["clock"]["status"] == "PASS"
+
+
+def test_cluster_topology(make_server, namespace: str) -> None:
+    bus = free_port()  # the default bus port (port + 10000) may not exist
+    s = make_server(
+        extra=["cluster-enabled yes", "cluster-config-file nodes.conf", f"cluster-port {bus}"]
+    )
+    cli = Cli(s, namespace)
+    rc, c = checks(cli)
+    assert (
+        rc == 1
+        and c["topology"]["status"] == "FAIL"
+        and "cluster_state fail" in c["topology"]["detail"]
+    )
+    s.client().execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    wait_for(
+        lambda: "cluster_state:ok" in s.client().execute_command("CLUSTER", "INFO"),
+        what="cluster ok",
+    )
+    _, c = checks(cli)
+    assert c["topology"]["status"] == "PASS" and "cluster" in c["topology"]["detail"]
+
+
+def test_sentinel_is_refused_without_crashing(make_server, namespace: str, tmp_path) -> None:
+    primary = make_server()
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\nsentinel monitor m 127.0.0.1 {primary.port} 1\n"
+    )
+    binary = shutil.which("redis-server") or shutil.which("redis-sentinel")
+    if binary is None:
+        pytest.skip("needs redis-server for sentinel mode")
+    proc = subprocess.Popen(
+        [binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        wait_for(lambda: client.ping(), what="sentinel")
+        client.close()
+        res = Cli(primary, namespace)(
+            "--redis-url", f"redis://127.0.0.1:{port}/0", "doctor", "--json"
+        )
+        assert res.returncode == 1, res.stderr
+        c = {r["check"]: r for r in json.loads(res.stdout)}
+        assert c["topology"]["status"] == "FAIL" and "Sentinel" in c["topology"]["detail"]
+        assert c["maxmemory-policy"]["status"] == "WARN"  # not checked, not a false FAIL
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
