@@ -159,12 +159,33 @@ def test_bash_completion_sources_and_completes() -> None:
     assert "--redis-url" not in _bash_complete(["rsched", "doctor", "--"])
 
 
+_ZSH_DRIVER = r"""
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PS1='> '; autoload -Uz compinit; compinit -u -D; source $1"
+zpty -w -n z "$2"$'\t\t'
+zpty -r z out "*$3*" && print -r -- COMPLETED
+zpty -d z
+"""
+
+
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="no zsh")
-def test_zsh_completion_parses() -> None:
-    res = subprocess.run(
-        ["zsh", "-n", str(ROOT / "completions" / "_rsched")], capture_output=True, text=True
-    )
+def test_zsh_completion_parses_and_completes() -> None:
+    script = ROOT / "completions" / "_rsched"
+    res = subprocess.run(["zsh", "-n", str(script)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+    # a real interactive zsh in a pty (zsh/zpty), completion system loaded; waits for the menu
+    for line, expect in (
+        ("rsched server st", "Stop the server"),
+        ("rsched list --state ", "processing"),
+    ):
+        res = subprocess.run(
+            ["zsh", "-f", "-c", _ZSH_DRIVER, "zsh", str(script), line, expect],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert "COMPLETED" in res.stdout, (line, res.stdout[-500:], res.stderr)
 
 
 @pytest.mark.skipif(shutil.which("fish") is None, reason="no fish")
