@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from rsched import validate
+from rsched import systemd, validate
 from rsched.errors import BadInput, ConfigError, RedisUnavailable
 from rsched.keys import member as make_member
 from rsched.proc import Child, child_env, split_command
@@ -557,6 +557,9 @@ class Consumer:
         self._waker: threading.Thread | None = None
         self._waker_armed = threading.Event()
         self._ready_sent = False
+        wd = systemd.watchdog_interval_s()
+        self._wd_every_s = wd / 2 if wd else None
+        self._next_wd = 0.0
 
     # ------------------------------------------------------------------ public
 
@@ -594,7 +597,8 @@ class Consumer:
                     if self._stopping and time.monotonic() >= self._grace_deadline:
                         self._abandon()
                         break
-                    self._notifier.wait(wait_s)
+                    self._watchdog(time.monotonic())
+                    self._notifier.wait(min(wait_s, self._wd_every_s or wait_s))
                     self._notifier.drain()
         finally:
             self._close()
@@ -674,12 +678,7 @@ class Consumer:
                 self._waker_client.connection_pool.disconnect()
             except Exception:  # noqa: BLE001
                 pass
-        try:
-            from rsched import systemd
-
-            systemd.stopping()
-        except Exception:  # noqa: BLE001
-            pass
+        systemd.stopping()
 
     def _wake_loop(self) -> None:
         """Block on the wake markers of every watched queue; poke the main loop when one pops."""
@@ -770,10 +769,17 @@ class Consumer:
 
     # ------------------------------------------------------------------ the loop
 
+    def _watchdog(self, now: float) -> None:
+        """systemd WATCHDOG=1 (Type=notify units with WatchdogSec=): the loop is turning."""
+        if self._wd_every_s is not None and now >= self._next_wd:
+            systemd.watchdog()
+            self._next_wd = now + self._wd_every_s
+
     def _turn(self) -> bool:
         """One turn of the main loop; True when the consumer should exit."""
         self._notifier.drain()
         now = time.monotonic()
+        self._watchdog(now)
         settled = self._settle()
         if self._stopping:
             if not self._stop_logged:
@@ -876,12 +882,7 @@ class Consumer:
             )
         if not self._ready_sent:
             self._ready_sent = True
-            try:
-                from rsched import systemd
-
-                systemd.ready(f"consuming {', '.join(q.name for q in self.queues)}")
-            except Exception:  # noqa: BLE001
-                pass
+            systemd.ready(f"consuming {', '.join(q.name for q in self.queues)}")
         got = (len(out) - 6) // 7
         if not got:
             return 0
@@ -929,6 +930,8 @@ class Consumer:
         capacity, _ = self._capacity()
         free = capacity - len(self._held)
         deadlines = [now + IDLE_CAP_MS / 1000.0]
+        if self._wd_every_s is not None:
+            deadlines.append(self._next_wd)
         if self._stopping:
             deadlines.append(self._grace_deadline)
         else:

@@ -652,3 +652,30 @@ def test_soak_kill9_one_of_four_consumers_loses_nothing(
     print(f"soak: {dupes} re-runs after kill -9")
     assert rs.redis.zcard(q.dead) == 0
     assert all(stop(p) == 0 for p in procs[1:])
+
+
+def test_systemd_notify_ready_watchdog_stopping(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    import socket
+
+    path = f"/tmp/rsched-consumer-notify-{os.getpid()}-{tmp_path.name[-10:]}.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(10)
+    try:
+        env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}
+        p, _ = start(cli, tmp_path, "--handler", "t.n=true", env=env)
+        seen: list[str] = []
+
+        def got(field: str) -> bool:
+            while field not in seen:
+                seen.extend(sock.recv(4096).decode().split("\n"))
+            return True
+
+        assert got("READY=1")
+        assert got("WATCHDOG=1")
+        p.send_signal(signal.SIGTERM)
+        assert got("STOPPING=1")
+        assert p.wait(timeout=10) == 0
+    finally:
+        sock.close()
+        os.unlink(path)
