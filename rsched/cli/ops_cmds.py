@@ -106,6 +106,11 @@ def _start(
             f"rsched: running {inst.flavour} {inst.version} in the foreground (Ctrl-C stops it); "
             f"data in {inst.dir}, unix socket {inst.unix_url}"
         )
+    if os.environ.get("NOTIFY_SOCKET"):  # systemd Type=notify: report readiness ourselves
+        rc = server.run_supervised(inst)
+        if rc:
+            raise click.exceptions.Exit(rc if rc > 0 else ExitCode.FAILURE)
+        return
     server.exec_foreground(inst)
 
 
