@@ -51,6 +51,7 @@ def _start_options(f: Any) -> Any:
     f = click.option(
         "--port",
         type=click.IntRange(0, 65535),
+        metavar="PORT",
         default=6379,
         show_default=True,
         help="TCP port on 127.0.0.1 (0 = pick a free one).",
