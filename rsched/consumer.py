@@ -556,6 +556,7 @@ class Consumer:
         self._waker_client: redis.Redis | None = None
         self._waker: threading.Thread | None = None
         self._waker_armed = threading.Event()
+        self._popped = False
         self._ready_sent = False
         wd = systemd.watchdog_interval_s()
         self._wd_every_s = wd / 2 if wd else None
@@ -668,16 +669,21 @@ class Consumer:
         self._waker = threading.Thread(target=self._wake_loop, name="rsched-waker", daemon=True)
         self._waker.start()
 
-    def _close(self) -> None:
+    def _stop_waker(self) -> None:
+        """No more BZPOPMIN: a stopping consumer must not swallow a wake-up (such as the one
+        its own release pushes) meant for a consumer that can take the work."""
         self._closed = True
         self._waker_armed.set()
-        for _ in self._workers:
-            self._work.put(None)
         if self._waker_client is not None:
             try:  # shuts the socket down under a blocked BZPOPMIN
                 self._waker_client.connection_pool.disconnect()
             except Exception:  # noqa: BLE001
                 pass
+
+    def _close(self) -> None:
+        self._stop_waker()
+        for _ in self._workers:
+            self._work.put(None)
         systemd.stopping()
 
     def _wake_loop(self) -> None:
@@ -700,6 +706,9 @@ class Consumer:
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 continue
             if popped and not self._closed:
+                # Listen again only when the main loop re-arms (it has room for work).
+                self._waker_armed.clear()
+                self._popped = True
                 self._notifier.notify()
 
     def _worker(self) -> None:
@@ -784,7 +793,8 @@ class Consumer:
         if self._stopping:
             if not self._stop_logged:
                 self._stop_logged = True
-                self._waker_armed.clear()
+                self._stop_waker()
+                systemd.stopping()
                 running = sum(
                     1
                     for h in self._held.values()
@@ -806,6 +816,9 @@ class Consumer:
         all_idle = True
         if not self._stopping:
             claimed_full, all_idle = self._claim_all(now)
+            if self._popped:
+                self._popped = False
+                self._pass_on_wakeup()
         if self.burst and all_idle and not self._held and not self._results and not self._unsettled:
             return True
         if settled or claimed_full:
@@ -925,6 +938,20 @@ class Consumer:
             self._work.put(chunk)
         self.stats.claimed += got
         return got
+
+    def _pass_on_wakeup(self) -> None:
+        """The waker took a wake-up marker while this consumer filled up: a task due
+        soon would wait for our free slot or another consumer's idle timer. Put the
+        marker back for a consumer with room (a full consumer does not listen, so
+        this cannot bounce between full consumers for long)."""
+        capacity, _ = self._capacity()
+        if capacity - len(self._held) > 0:
+            return
+        due = [qs for qs in self.queues if not qs.paused and qs.next_due != -1]
+        if not due:
+            return
+        qs = min(due, key=lambda q: q.next_due)
+        self.rs.redis.zadd(qs.keys.wake, {"w": qs.next_due})
 
     def _sleep(self, now: float) -> None:
         capacity, _ = self._capacity()

@@ -679,3 +679,70 @@ def test_systemd_notify_ready_watchdog_stopping(cli: Cli, rs: Rsched, tmp_path: 
     finally:
         sock.close()
         os.unlink(path)
+
+
+def test_queue_options_from_config_under_the_flags(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    (tmp_path / "rsched.toml").write_text(
+        textwrap.dedent(
+            """
+            [queues.default]
+            max_attempts = 2
+            backoff = "10ms"
+            backoff_max = "20ms"
+            lease = "2s"
+
+            [handlers]
+            "t.*" = "false"
+            """
+        )
+    )
+    add_many(rs, "t.c", ["from-config"])
+    p, _ = start(cli, tmp_path)
+    wait_for(lambda: state(rs, "t.c", "from-config") == "dead", timeout=15, what="dead after 2")
+    assert rs.show("t.c", "from-config").attempts == 2
+    assert cli.json("queues")[0]["consumers"] == 1  # registered while it runs
+    assert stop(p) == 0
+    add_many(rs, "t.c", ["flag-wins"])
+    p, _ = start(cli, tmp_path, "--max-attempts", "1", name="c2")
+    wait_for(lambda: state(rs, "t.c", "flag-wins") == "dead", timeout=15, what="dead after 1")
+    assert rs.show("t.c", "flag-wins").attempts == 1
+    assert stop(p) == 0
+
+
+def test_bad_queue_option_in_config_is_a_configuration_error(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    (tmp_path / "rsched.toml").write_text('[queues.default]\nlease = "soon"\n')
+    res = cli("run", "consumer", "--handler", "t=true", timeout=20)
+    assert res.returncode == 78 and "queues.default.lease" in res.stderr, res.stderr
+    assert not list(rs.redis.scan_iter(f"{rs.namespace}:*"))
+
+
+def test_a_released_task_wakes_another_idle_consumer(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    h = script(
+        tmp_path,
+        "h.sh",
+        """
+        echo "$$" >> starts.txt
+        if [ -e block ]; then exec sleep 30; fi
+        """,
+    )
+    (tmp_path / "block").touch()
+    a, _ = start(cli, tmp_path, "--handler", f"t.r={h}", "--grace", "200ms", name="a")
+    cli("add", "t.r", "r1", check=0)
+    wait_for(lambda: lines(tmp_path / "starts.txt"), timeout=15, what="first consumer runs it")
+    first = int(lines(tmp_path / "starts.txt")[0])
+    (tmp_path / "block").unlink()
+    b, _ = start(cli, tmp_path, "--handler", f"t.r={h}", name="b")
+    q = rs.keys.queue("default")
+    wait_for(
+        lambda: rs.redis.zcard(q.consumers) == 2, timeout=15, what="second consumer registered"
+    )
+    assert stop(a) == 0
+    released_ms = rs.now_ms()
+    wait_for(lambda: gone(rs, "t.r", "r1"), timeout=10, what="the other consumer ran it")
+    (r,) = [r for r in history(rs) if r["result"] == "ok"]
+    assert r["attempt"] == 1  # a release does not count the attempt
+    assert r["started_ms"] - released_ms < 2500  # woken by the release, not its 5s idle timer
+    wait_for(lambda: not alive(first), timeout=10, what="first handler killed")
+    assert stop(b) == 0
