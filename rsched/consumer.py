@@ -701,7 +701,6 @@ class Consumer:
             except redis.RedisError:
                 if self._closed:
                     break
-                self._notifier.notify()  # let the main loop notice and report the outage
                 time.sleep(self._rnd.uniform(delay / 2, delay))
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 continue

@@ -319,10 +319,12 @@ def test_kill9_mid_task_runs_again_after_its_lease(cli: Cli, rs: Rsched, tmp_pat
     log = tmp_path / "log.txt"
     wait_for(lambda: any(x.startswith("start 1") for x in lines(log)), timeout=15, what="first run")
     orphan = int(lines(log)[0].split()[3])
+    q = rs.keys.queue("default")
     try:
         os.kill(a.pid, signal.SIGKILL)
         a.wait(timeout=10)
         assert state(rs, "t.k", "k1") == "processing"
+        expiry = int(rs.redis.zscore(q.proc, "t.k k1") or 0)  # no heartbeat extends it now
         b, _ = start(cli, tmp_path, "--handler", f"t.k={h}", "--lease", "1s", name="b")
         wait_for(lambda: gone(rs, "t.k", "k1"), timeout=20, what="task run again and acked")
         assert stop(b) == 0
@@ -335,9 +337,8 @@ def test_kill9_mid_task_runs_again_after_its_lease(cli: Cli, rs: Rsched, tmp_pat
     ok = [r for r in recs if r["result"] == "ok"]
     assert len(lost) == 1 and lost[0]["attempt"] == 1 and "lease expired" in lost[0]["error"]
     assert len(ok) == 1 and ok[0]["attempt"] == 2 and ok[0]["token"] == starts[1][2]
-    # not before the dead consumer's lease (1s from its claim) had expired
-    assert ok[0]["started_ms"] - ok[0]["fire_ms"] >= 0
-    assert lost[0]["finished_ms"] >= ok[0]["fire_ms"] - 1
+    # reaped once the dead consumer's lease had expired, not before; then run again
+    assert ok[0]["started_ms"] >= lost[0]["finished_ms"] >= expiry > 0
 
 
 def test_stale_consumers_ack_is_refused(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
@@ -492,13 +493,18 @@ def test_consumer_rides_out_a_redis_restart(
             timeout=15,
             what="registered",
         )
-        own_server.restart()
+        own_server.kill()
+        wait_for(
+            lambda: "error: Redis unreachable" in err.read_text(), timeout=15, what="outage noticed"
+        )
+        assert p.poll() is None  # a blink is not a reason to exit
+        own_server.start()
         rs = Rsched(own_server.client(), namespace)
         add_many(rs, "t.r", ["r1"])
         wait_for(lambda: gone(rs, "t.r", "r1"), timeout=20, what="task run after the restart")
-        assert p.poll() is None
         assert stop(p) == 0
-        assert "error:" in err.read_text()
+        errors = [x for x in lines(err) if "error:" in x]
+        assert 1 <= len(errors) <= 10 and all("retrying in" in x for x in errors)
     finally:
         cli.close()
 
