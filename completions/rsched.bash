@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add cancel crons dead doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show unlock' ;;
+    'rsched') echo 'add cancel crons dead demo doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show unlock' ;;
     'rsched run') echo 'consumer cron' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -17,6 +17,7 @@ _rsched_options() {
     'rsched cancel') echo '--queue --format --json --help' ;;
     'rsched crons') echo '--format --json --help' ;;
     'rsched dead') echo '--queue --limit --format --json --help' ;;
+    'rsched demo') echo '--seconds --tasks --use-configured-redis --format --json --help' ;;
     'rsched doctor') echo '--format --json --help' ;;
     'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json --help' ;;
@@ -48,6 +49,7 @@ _rsched_value_options() {
     'rsched cancel') echo '--queue --format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
+    'rsched demo') echo '--seconds --tasks --format' ;;
     'rsched doctor') echo '--format' ;;
     'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost' ;;
     'rsched history') echo '--queue --limit --format' ;;
@@ -79,6 +81,7 @@ _rsched_choices() {
     'rsched cancel|--format') echo 'table plain json' ;;
     'rsched crons|--format') echo 'table plain json' ;;
     'rsched dead|--format') echo 'table plain json' ;;
+    'rsched demo|--format') echo 'table plain json' ;;
     'rsched doctor|--format') echo 'table plain json' ;;
     'rsched exec|--if-locked') echo 'skip wait fail' ;;
     'rsched exec|--on-lock-lost') echo 'kill continue' ;;

@@ -42,9 +42,7 @@ COMMANDS: dict[str, str] = {
     "server": "rsched.cli.ops_cmds:server",
     "doctor": "rsched.cli.ops_cmds:doctor",
     "metrics": "rsched.cli.ops_cmds:metrics",
-    "top": "rsched.cli.ops_cmds:top",
-    "demo": "rsched.cli.ops_cmds:demo",
-    "bench": "rsched.cli.ops_cmds:bench",
+    "demo": "rsched.cli.demo_cmd:demo",
 }
 
 
