@@ -527,6 +527,7 @@ def test_consumer_rides_out_a_redis_restart(
         ["--call", "t=no_such_module_xyz:run"],
         ["--call", "t=os"],
         ["--handler", "t='unclosed"],
+        ["--handler", "t=./no-such-program"],
     ],
 )
 def test_bad_input_exits_2_before_touching_redis(cli: Cli, rs: Rsched, args: list[str]) -> None:

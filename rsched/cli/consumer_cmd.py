@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import click
@@ -24,7 +25,13 @@ def build_handlers(
     config_handlers: dict[str, Any], handler: tuple[str, ...], call: tuple[str, ...]
 ) -> Any:
     """Config ``[handlers]`` first, then ``--handler`` / ``--call`` (flags win per TYPE)."""
-    from rsched.consumer import HandlerTable, _check_pattern, load_callable, make_handler
+    from rsched.consumer import (
+        CommandHandler,
+        HandlerTable,
+        _check_pattern,
+        load_callable,
+        make_handler,
+    )
 
     table: dict[str, Any] = {}
     for t, spec in config_handlers.items():
@@ -35,7 +42,13 @@ def build_handlers(
             raise ConfigError(f"config: {exc}") from None
     for t, cmd in _pairs(handler, "--handler", "TYPE=COMMAND (like order.close=./close-order)"):
         _check_pattern(t, "--handler")
-        table[t] = make_handler(cmd, f"--handler {t}")
+        h = make_handler(cmd, f"--handler {t}")
+        if isinstance(h, CommandHandler) and shutil.which(h.argv[0]) is None:
+            raise BadInput(
+                f"--handler {t}",
+                f"{h.argv[0]!r} is not an executable file here or on PATH",
+            )
+        table[t] = h
     for t, spec in _pairs(
         call, "--call", "TYPE=MODULE:FUNCTION (like order.close=shop.tasks:close)"
     ):
