@@ -601,6 +601,15 @@ class Consumer:
                     self._watchdog(time.monotonic())
                     self._notifier.wait(min(wait_s, self._wd_every_s or wait_s))
                     self._notifier.drain()
+        except BaseException:
+            # A fatal error (or KeyboardInterrupt without our signal handlers): leave no
+            # handler running and give held tasks back if Redis lets us.
+            try:
+                self._abandon()
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                for h in self._held.values():
+                    h.kill("shutdown")
+            raise
         finally:
             self._close()
             self._signals_off(old)
@@ -1179,21 +1188,22 @@ class Consumer:
         """End of the grace period: kill what still runs, give every held task back."""
         try:
             self._settle()
-        except RedisUnavailable:
+        except Exception:  # noqa: BLE001 - what could not be settled is released below
             pass
         left = list(self._held.values())
         if not left:
             return
         for h in left:
             h.kill("shutdown")
-        self._log("info", f"grace period over: killed {len(left)} unfinished handler(s)")
+        running = sum(1 for h in left if h.child is not None or h.started_mono is not None)
+        self._log("info", f"stopping now: killed {running} unfinished handler(s)")
         by_queue: dict[str, list[_Held]] = {}
         for h in left:
             by_queue.setdefault(h.task.queue, []).append(h)
         for qname, hs in by_queue.items():
             try:
                 self._release(self._by_name[qname], hs)
-            except RedisUnavailable as exc:
+            except Exception as exc:  # noqa: BLE001 - best effort; the lease is the backstop
                 self._log(
                     "error",
                     f"could not release {len(hs)} task(s) of {qname} ({_one_line(exc)}); "

@@ -753,3 +753,11 @@ def test_a_released_task_wakes_another_idle_consumer(cli: Cli, rs: Rsched, tmp_p
     assert r["started_ms"] - released_ms < 2500  # woken by the release, not its 5s idle timer
     wait_for(lambda: not alive(first), timeout=10, what="first handler killed")
     assert stop(b) == 0
+
+
+def test_a_key_of_the_wrong_type_stops_the_consumer_with_exit_78(cli: Cli, rs: Rsched) -> None:
+    rs.redis.set(rs.keys.queue("default").sched, "someone else's data")
+    res = cli("run", "consumer", "--handler", "t=true", timeout=20)
+    assert res.returncode == 78, res.stderr
+    assert "namespace" in res.stderr.splitlines()[-1]
+    assert rs.redis.get(rs.keys.queue("default").sched) == "someone else's data"
