@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add cancel crons dead demo doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show unlock' ;;
+    'rsched') echo 'add cancel crons dead demo doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show top unlock' ;;
     'rsched run') echo 'consumer cron' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -38,6 +38,7 @@ _rsched_options() {
     'rsched server status') echo '--dir --format --json --help' ;;
     'rsched server stop') echo '--dir --help' ;;
     'rsched show') echo '--queue --format --json --help' ;;
+    'rsched top') echo '--interval --once --format --json --help' ;;
     'rsched unlock') echo '--token --force --help' ;;
   esac
 }
@@ -69,6 +70,7 @@ _rsched_value_options() {
     'rsched server status') echo '--dir --format' ;;
     'rsched server stop') echo '--dir' ;;
     'rsched show') echo '--queue --format' ;;
+    'rsched top') echo '--interval --format' ;;
     'rsched unlock') echo '--token' ;;
   esac
 }
@@ -102,6 +104,7 @@ _rsched_choices() {
     'rsched server start|--format') echo 'table plain json' ;;
     'rsched server status|--format') echo 'table plain json' ;;
     'rsched show|--format') echo 'table plain json' ;;
+    'rsched top|--format') echo 'table plain json' ;;
   esac
 }
 

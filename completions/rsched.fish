@@ -5,7 +5,7 @@
 function __rsched_subcommands
     switch $argv[1]
         case 'rsched'
-            printf '%s\n' 'add' 'cancel' 'crons' 'dead' 'demo' 'doctor' 'exec' 'history' 'list' 'locks' 'metrics' 'pause' 'purge' 'queues' 'requeue-stale' 'resume' 'retry' 'run' 'server' 'show' 'unlock'
+            printf '%s\n' 'add' 'cancel' 'crons' 'dead' 'demo' 'doctor' 'exec' 'history' 'list' 'locks' 'metrics' 'pause' 'purge' 'queues' 'requeue-stale' 'resume' 'retry' 'run' 'server' 'show' 'top' 'unlock'
         case 'rsched run'
             printf '%s\n' 'consumer' 'cron'
         case 'rsched server'
@@ -65,6 +65,8 @@ function __rsched_value_options
             printf '%s\n' '--dir'
         case 'rsched show'
             printf '%s\n' '--queue' '--format'
+        case 'rsched top'
+            printf '%s\n' '--interval' '--format'
         case 'rsched unlock'
             printf '%s\n' '--token'
     end
@@ -121,6 +123,7 @@ complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'retry' -d 'Move a dead tas
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'run' -d 'Run a loop: a ZSet consumer or a lock-guarded cron runner.'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'server' -d 'Run an embedded Redis-compatible server configured safely for rsched.'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'show' -d 'One task: state, due time, attempts, payload, last error (exit 3 if absent).'
+complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'top' -d 'Live dashboard of queues, crons (next fire counting down), locks and the...'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'unlock' -d 'Release a lock (or a cron\'s run lock).'
 complete -c rsched -n '__rsched_is \'rsched\'' -l 'redis-url' -x -d 'redis://, rediss:// (TLS) or unix:// URL [env RSCHED_REDIS_URL, REDIS_URL; default redis://localhost:6379/0]'
 complete -c rsched -n '__rsched_is \'rsched\'' -l 'namespace' -x -d 'Key prefix [env RSCHED_NAMESPACE; default rsched]'
@@ -271,6 +274,11 @@ complete -c rsched -n '__rsched_is \'rsched show\'' -l 'queue' -x -d 'Queue name
 complete -c rsched -n '__rsched_is \'rsched show\'' -l 'format' -x -a 'table plain json' -d 'Output format'
 complete -c rsched -n '__rsched_is \'rsched show\'' -l 'json' -d 'Print JSON (same as --format json)'
 complete -c rsched -n '__rsched_is \'rsched show\'' -l 'help' -d 'Show this message and exit'
+complete -c rsched -n '__rsched_is \'rsched top\'' -l 'interval' -x -d 'Refresh every DUR (100ms or more); countdowns move every second regardless'
+complete -c rsched -n '__rsched_is \'rsched top\'' -l 'once' -d 'Print one frame to stdout and exit (fits $COLUMNS; --json for the data)'
+complete -c rsched -n '__rsched_is \'rsched top\'' -l 'format' -x -a 'table plain json' -d 'Output format'
+complete -c rsched -n '__rsched_is \'rsched top\'' -l 'json' -d 'Print JSON (same as --format json)'
+complete -c rsched -n '__rsched_is \'rsched top\'' -l 'help' -d 'Show this message and exit'
 complete -c rsched -n '__rsched_is \'rsched unlock\'' -l 'token' -x -d 'The fencing token shown by `rsched locks` (safe: fails if it changed)'
 complete -c rsched -n '__rsched_is \'rsched unlock\'' -l 'force' -d 'Release whoever holds it'
 complete -c rsched -n '__rsched_is \'rsched unlock\'' -l 'help' -d 'Show this message and exit'

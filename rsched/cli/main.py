@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "rsched.cli.ops_cmds:doctor",
     "metrics": "rsched.cli.ops_cmds:metrics",
     "demo": "rsched.cli.demo_cmd:demo",
+    "top": "rsched.cli.top_cmd:top",
 }
 
 

@@ -1,0 +1,269 @@
+"""`rsched top`: a frame rendered headless shows queues, crons, locks and runs
+and fits 80x24; the live view runs in a real pseudo-terminal, quits on `q` and
+Ctrl-C with the terminal restored, and rides out Redis going away."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from rich.console import Console
+
+from rsched import cronexpr
+from rsched.client import Rsched
+from rsched.cron import CronRunner, make_spec
+from rsched.locks import Lock
+from rsched.timeutil import relative
+from rsched.top import collect, render
+from tests.support import RSCHED, Cli, RedisServer, free_port, rsched_env, wait_for
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture
+def scene(cli: Cli, rs: Rsched) -> Iterator[dict[str, int]]:
+    """Queue `orders`: 3 scheduled, 2 due; cron `nightly` registered; lock
+    `backup` held; one `exec` run recorded."""
+    for i in range(3):
+        rs.add("order.close", f"later-{i}", queue="orders", delay="1h")
+    for i in range(2):
+        rs.add("order.close", f"now-{i}", queue="orders")
+    spec = make_spec("nightly", "0 3 * * *", ["true"])
+    CronRunner(rs, spec).register()
+    cli("exec", "--lock", "once", "--", "true", check=0)
+    lock = Lock(rs, "backup", ttl_ms=60_000, watchdog=False)
+    token = lock.acquire()
+    yield {"token": token, "pid": os.getpid()}
+    lock.release()
+
+
+def _frame(rs: Rsched, width: int = 80, height: int | None = 24) -> tuple[str, int]:
+    snap = collect(rs)
+    console = Console(
+        width=width, height=height or 25, record=True, file=io.StringIO(), color_system=None
+    )
+    console.print(render(snap, width=width, height=height))
+    return console.export_text(), snap.now_ms
+
+
+def _line(text: str, first: str) -> list[str]:
+    rows = [ln.split() for ln in text.splitlines() if ln.split()[:1] == [first]]
+    assert rows, f"no row starting with {first!r} in:\n{text}"
+    return rows[0]
+
+
+def test_headless_frame_shows_queue_cron_lock_and_run(rs: Rsched, scene: dict[str, int]) -> None:
+    text, now = _frame(rs)
+    lines = text.splitlines()
+    assert len(lines) <= 24 and max(len(ln) for ln in lines) <= 80, text
+    # QUEUE SCHED DUE PROC STALE DEAD ...
+    assert _line(text, "orders")[1:6] == ["3", "2", "0", "0", "0"]
+    nxt = cronexpr.parse("0 3 * * *", "UTC").next_after(now)
+    assert relative(nxt, now) in " ".join(_line(text, "nightly"))
+    lock = _line(text, "backup")
+    assert lock[1] == "lock" and lock[-1] == str(scene["token"])
+    assert f":{scene['pid']}" in lock[2]
+    run = [ln for ln in lines if " exec " in ln and " once " in ln]
+    assert run and " ok " in run[0], text
+
+
+def test_once_prints_one_frame_that_honours_the_width(
+    cli: Cli, rs: Rsched, scene: dict[str, int]
+) -> None:
+    res = cli("top", "--once", env={"COLUMNS": "80"}, check=0)
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("rsched top") and max(len(ln) for ln in lines) <= 80
+    assert _line(res.stdout, "orders")[1:6] == ["3", "2", "0", "0", "0"]
+    assert _line(res.stdout, "nightly")[1] == "in"
+    assert _line(res.stdout, "backup")[-1] == str(scene["token"])
+    assert "\x1b[" not in res.stdout  # not a terminal: no colour codes
+    narrow = cli("top", "--once", env={"COLUMNS": "50"}, check=0).stdout
+    assert max(len(ln) for ln in narrow.splitlines()) <= 50
+    assert _line(narrow, "orders")[1:3] == ["3", "2"]
+    data = cli.json("top", "--once")
+    assert data["queues"][0]["queue"] == "orders" and data["queues"][0]["due"] == 2
+    assert data["crons"][0]["name"] == "nightly" and data["crons"][0]["next_fire_ms"]
+    assert data["locks"][0]["token"] == scene["token"]
+    assert any(r["kind"] == "exec" and r["name"] == "once" for r in data["runs"])
+
+
+def test_busy_namespace_fits_80x24_with_more_rows_elided(rs: Rsched) -> None:
+    for i in range(30):
+        rs.add("t", "1", queue=f"queue-number-{i:02d}-with-a-name-far-too-long-for-80-columns")
+    for i in range(12):
+        CronRunner(rs, make_spec(f"cron-{i:02d}", "*/5 * * * *", ["true"])).register()
+    locks = [Lock(rs, f"lock-{i:02d}", ttl_ms=60_000, watchdog=False) for i in range(9)]
+    for lk in locks:
+        lk.acquire()
+    try:
+        text, _ = _frame(rs)
+    finally:
+        for lk in locks:
+            lk.release()
+    lines = text.splitlines()
+    assert len(lines) <= 24 and max(len(ln) for ln in lines) <= 80, text
+    assert "QUEUES (30)" in text and "CRONS (12)" in text and "LOCKS (9)" in text
+    assert "…" in text  # long queue names are ellipsized, not wrapped
+    more = [int(ln.split()[0][1:]) for ln in lines if ln.split()[1:2] == ["more"]]
+    shown_queues = sum(1 for ln in lines if ln.startswith("queue-number-"))
+    assert len(more) == 3 and shown_queues + more[0] == 30
+    # With no height (--once into a pipe) panels are capped but longer.
+    tall, _ = _frame(rs, height=None)
+    assert sum(1 for ln in tall.splitlines() if ln.startswith("queue-number-")) > shown_queues
+
+
+def test_empty_namespace_renders(rs: Rsched) -> None:
+    text, _ = _frame(rs)
+    assert "no queues" in text and "no crons registered" in text and "no locks held" in text
+
+
+# --- the live view in a real pseudo-terminal ----------------------------------------------
+class Pty:
+    """`rsched top` on a pseudo-terminal that is its controlling terminal (so
+    Ctrl-C arrives as SIGINT), 80x24; everything it writes is collected."""
+
+    def __init__(self, env: dict[str, str], *args: str):
+        self.master, self.slave = pty.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        self.before = termios.tcgetattr(self.slave)
+        boot = (
+            "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+            "os.execv(sys.executable, sys.argv[1:])"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", boot, *RSCHED, "top", *args],
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            env={**env, "TERM": "xterm-256color"},
+            start_new_session=True,
+        )
+        self.out = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.out += data
+
+    @property
+    def text(self) -> str:
+        return bytes(self.out).decode(errors="replace")
+
+    def last_frame(self) -> str:
+        """The latest frame as plain text (escape sequences removed)."""
+        return _ANSI.sub("", self.text.rsplit("rsched top", 1)[-1])
+
+    def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        os.close(self.slave)
+        os.close(self.master)
+
+
+@contextmanager
+def live_top(env: dict[str, str], *args: str) -> Iterator[Pty]:
+    p = Pty(env, *args)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _assert_restored(p: Pty) -> None:
+    assert termios.tcgetattr(p.slave) == p.before  # cbreak undone, echo back on
+    tail = p.text[-200:]
+    assert "\x1b[?1049l" in tail and "\x1b[?25h" in tail  # left the alternate screen, cursor shown
+
+
+@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
+def test_live_view_draws_and_quits(cli: Cli, rs: Rsched, scene: dict[str, int], key: bytes) -> None:
+    with live_top(cli.env(), "--interval", "200ms") as p:
+        wait_for(lambda: "orders" in p.text and "backup" in p.text, what="the first frame")
+        assert "\x1b[?1049h" in p.text  # alternate screen: the shell's screen comes back after
+        # It keeps refreshing: a new task shows up without a key press.
+        rs.add("order.close", "fresh", queue="orders")
+        wait_for(lambda: _due(p.last_frame()) == "3", what="the new due count")
+        p.send(key)
+        assert p.proc.wait(10) == 0
+        wait_for(lambda: "\x1b[?1049l" in p.text, what="leaving the alternate screen")
+        _assert_restored(p)
+
+
+def _due(frame: str) -> str | None:
+    for ln in frame.replace("\r", "\n").splitlines():
+        words = ln.split()
+        if "orders" in words:
+            i = words.index("orders")
+            return words[i + 2] if len(words) > i + 2 else None
+    return None
+
+
+def test_redis_going_away_shows_a_banner_and_recovers(
+    own_server: RedisServer, namespace: str
+) -> None:
+    Rsched(own_server.client(), namespace).add("t", "1", queue="orders")
+    with live_top(rsched_env(own_server, namespace), "--interval", "200ms") as p:
+        wait_for(lambda: "orders" in p.text, what="the first frame")
+        own_server.kill()
+        wait_for(lambda: "Redis unreachable, retrying" in p.last_frame(), what="the banner")
+        assert p.proc.poll() is None
+        assert "orders" in p.last_frame()  # the last data stays on screen
+        own_server.start()
+        wait_for(
+            lambda: "unreachable" not in p.last_frame() and "QUEUES" in p.last_frame(),
+            timeout=15,
+            what="recovery",
+        )
+        p.send(b"q")
+        assert p.proc.wait(10) == 0
+        _assert_restored(p)
+
+
+def test_unreachable_at_start_exits_69(cli: Cli) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    for args in (["top", "--once"], ["top"]):
+        res = cli("--redis-url", url, *args, timeout=30)
+        assert res.returncode == 69, res.stderr
+        assert "cannot use Redis" in res.stderr and res.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--interval", "soon"], "--interval"),
+        (["--interval", "10ms"], "--interval"),
+        (["--json"], "--json"),
+    ],
+)
+def test_bad_input_exits_2(cli: Cli, args: list[str], field: str) -> None:
+    res = cli("top", *args)
+    assert res.returncode == 2 and field in res.stderr, res.stderr
+
+
+def test_live_view_needs_a_terminal(cli: Cli) -> None:
+    res = cli("top")
+    assert res.returncode == 2 and "--once" in res.stderr
+    assert json.loads(cli("top", "--once", "--json", check=0).stdout)["queues"] == []
