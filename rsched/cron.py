@@ -35,9 +35,7 @@ runner runs every tick once.
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from rsched import cronexpr, errors, proc, validate
+from rsched import cronexpr, errors, proc, systemd, validate
 from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Watchdog, new_owner_id
 from rsched.timeutil import iso, parse_duration
 
@@ -236,21 +234,6 @@ class ServerClock:
         return time.time() * 1000 + self.offset_ms
 
 
-def _sd_notify(msg: str) -> None:
-    """systemd Type=notify (READY=1, STOPPING=1), when $NOTIFY_SOCKET is set."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.connect(addr)
-            s.sendall(msg.encode())
-    except OSError:
-        pass
-
-
 def _is_redis_down(exc: BaseException) -> bool:
     return isinstance(exc, redis.ConnectionError | redis.TimeoutError | errors.RedisUnavailable)
 
@@ -288,6 +271,7 @@ class CronRunner:
         self.commands = 0  # Redis round trips, for the idle-cost test
         self._last_contact = 0.0
         self._down_since: float | None = None
+        self._keep: int | None = None
 
     # --- Redis calls (each also measures the server clock) ------------------------
     def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
@@ -308,10 +292,12 @@ class CronRunner:
         self._script("cron-heartbeat-1", [self.k.runners], [self.runner_id, RUNNER_TTL_MS])
 
     def _keep_ms(self, now: int) -> int:
-        try:
-            return max(3 * self.spec.schedule.interval_ms(now), MIN_KEEP_MS)
-        except errors.BadInput:  # pragma: no cover
-            return MIN_KEEP_MS
+        if self._keep is None:
+            try:
+                self._keep = max(3 * self.spec.schedule.interval_ms(now), MIN_KEEP_MS)
+            except errors.BadInput:  # pragma: no cover
+                self._keep = MIN_KEEP_MS
+        return self._keep
 
     def register(self) -> None:
         s = self.spec
@@ -370,6 +356,7 @@ class CronRunner:
                         self.log(
                             f"cron {self.spec.name}: unexpected error: {type(exc).__name__}: {exc}"
                         )
+                registered = False  # Redis may have restarted empty: register again
                 if self._down_since is None:
                     self._down_since = time.monotonic()
                     self.log(
@@ -772,10 +759,14 @@ def run_runners(
     ]
     for t in threads:
         t.start()
-    _sd_notify("READY=1")
+    systemd.ready(f"cron runner for {', '.join(r.spec.name for r in runners)}")
+    wd = systemd.watchdog_interval_s()
+    tick = min(1.0, wd / 2) if wd else 1.0
     while not stop.is_set():
-        stop.wait(1.0)
-    _sd_notify("STOPPING=1")
+        stop.wait(tick)
+        if wd and all(t.is_alive() for t in threads):
+            systemd.watchdog()
+    systemd.stopping()
     for t in threads:
         t.join(timeout=60)
     return runners

@@ -112,6 +112,7 @@ class Watchdog:
             if (time.monotonic() - self._last_ok) * 1000 >= self.ttl_ms:
                 self._lose("the lease expired before it could be renewed")
                 return
+            sent = time.monotonic()  # the new lease runs from (at the latest) now
             try:
                 st = self._renew()
             except (redis.RedisError, errors.RedisUnavailable, OSError):
@@ -123,7 +124,7 @@ class Watchdog:
             if st == 0:
                 self._lose("the lock expired or was taken by another owner")
                 return
-            self._last_ok = time.monotonic()
+            self._last_ok = sent
             wait = interval
             if st == 2 and not self.cancelled.is_set():
                 self.cancelled.set()

@@ -8,11 +8,16 @@ local function cron_register(runners, id, ttl, now)
 end
 
 -- Claim tick `fire` once ever (ZADD NX); trims ticks claimed longer than `keep` ago.
+-- A tick at or before the high-water mark `last_tick` counts as taken even when
+-- it was trimmed from the set (runners claim ticks in order, so it was handled).
 local function cron_claim_tick(ticks, state, fire, now, keep)
+  local last = tonumber(redis.call('HGET', state, 'last_tick') or '-1')
+  if tonumber(fire) <= last and not redis.call('ZSCORE', ticks, fire) then
+    return false
+  end
   local added = redis.call('ZADD', ticks, 'NX', now, fire)
   if added == 1 then
     redis.call('ZREMRANGEBYSCORE', ticks, '-inf', now - keep)
-    local last = tonumber(redis.call('HGET', state, 'last_tick') or '-1')
     if tonumber(fire) > last then
       redis.call('HSET', state, 'last_tick', fire)
     end
