@@ -537,7 +537,8 @@ class Consumer:
         self.stats = Stats()
         self._hb_interval_s = min(qs.opts.lease_ms for qs in self.queues) / 3000.0
         self._commands = self.handlers.has_commands
-        self._py_avg_s = 0.001  # EWMA of a Python handler's run time
+        # EWMA of a Python handler's run time; starts at one task per batch, grows when fast
+        self._py_avg_s = PY_BATCH_TARGET_S
         self._rnd = random.Random()
 
         self._notifier = _Notifier()

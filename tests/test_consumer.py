@@ -761,3 +761,27 @@ def test_a_key_of_the_wrong_type_stops_the_consumer_with_exit_78(cli: Cli, rs: R
     assert res.returncode == 78, res.stderr
     assert "namespace" in res.stderr.splitlines()[-1]
     assert rs.redis.get(rs.keys.queue("default").sched) == "someone else's data"
+
+
+SLOW_MOD = """
+import os, time
+
+FD = os.open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.txt"),
+             os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def run(task):
+    time.sleep(0.2)
+    os.write(FD, f"{task.id} {task.token} {os.getpid()}\\n".encode())
+"""
+
+
+def test_slow_python_handlers_do_not_hoard_tasks(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    (tmp_path / "hslow.py").write_text(textwrap.dedent(SLOW_MOD))
+    procs = [start(cli, tmp_path, "--call", "t.slow=hslow:run", name=f"c{i}")[0] for i in range(2)]
+    wait_for(lambda: rs.redis.zcard(rs.keys.queue("default").consumers) == 2, timeout=15)
+    add_many(rs, "t.slow", [str(i) for i in range(12)])
+    pids = _assert_each_once(rs, tmp_path / "ran.txt", 12, "t.slow")
+    per = Counter(x.split()[2] for x in lines(tmp_path / "ran.txt"))
+    assert len(pids) == 2 and min(per.values()) >= 3, per  # prefetch adapts to slow handlers
+    assert all(stop(p) == 0 for p in procs)
