@@ -15,6 +15,7 @@ import subprocess
 import sys
 import termios
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,7 +27,7 @@ from rsched.client import Rsched
 from rsched.cron import CronRunner, make_spec
 from rsched.locks import Lock
 from rsched.timeutil import relative
-from rsched.top import collect, render
+from rsched.top import LOCK_SCAN_EVERY_MS, collect, render
 from tests.support import RSCHED, Cli, RedisServer, free_port, rsched_env, wait_for
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -169,8 +170,14 @@ class Pty:
         return bytes(self.out).decode(errors="replace")
 
     def last_frame(self) -> str:
-        """The latest frame as plain text (escape sequences removed)."""
-        return _ANSI.sub("", self.text.rsplit("rsched top", 1)[-1])
+        """The latest complete frame as plain text (each one starts at the home position)."""
+        frames = [f for f in self.text.split("\x1b[H") if "rsched top" in f]
+        if len(frames) > 1 and "\x1b[?1049l" not in frames[-1]:
+            frames.pop()  # may still be arriving
+        return _ANSI.sub("", frames[-1]).replace("\r\n", "\n") if frames else ""
+
+    def resize(self, rows: int, cols: int) -> None:
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
     def send(self, data: bytes) -> None:
         os.write(self.master, data)
@@ -198,18 +205,64 @@ def _assert_restored(p: Pty) -> None:
     assert "\x1b[?1049l" in tail and "\x1b[?25h" in tail  # left the alternate screen, cursor shown
 
 
-@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
-def test_live_view_draws_and_quits(cli: Cli, rs: Rsched, scene: dict[str, int], key: bytes) -> None:
+@pytest.mark.parametrize("key", [b"q", b"\x03", None], ids=["q", "ctrl-c", "sigterm"])
+def test_live_view_draws_and_quits(
+    cli: Cli, rs: Rsched, scene: dict[str, int], key: bytes | None
+) -> None:
     with live_top(cli.env(), "--interval", "200ms") as p:
         wait_for(lambda: "orders" in p.text and "backup" in p.text, what="the first frame")
         assert "\x1b[?1049h" in p.text  # alternate screen: the shell's screen comes back after
         # It keeps refreshing: a new task shows up without a key press.
         rs.add("order.close", "fresh", queue="orders")
         wait_for(lambda: _due(p.last_frame()) == "3", what="the new due count")
-        p.send(key)
+        if key is None:
+            p.proc.terminate()
+        else:
+            p.send(key)
         assert p.proc.wait(10) == 0
         wait_for(lambda: "\x1b[?1049l" in p.text, what="leaving the alternate screen")
         _assert_restored(p)
+
+
+def test_live_view_follows_a_resize(cli: Cli, rs: Rsched, scene: dict[str, int]) -> None:
+    with live_top(cli.env(), "--interval", "5s") as p:
+        wait_for(lambda: "orders" in p.last_frame(), what="the first frame")
+        assert max(len(ln) for ln in p.last_frame().splitlines()) > 50
+        p.resize(16, 50)  # SIGWINCH (at the latest the 1s redraw) picks up the new size
+
+        def small() -> bool:
+            lines = p.last_frame().rstrip("\n").splitlines()
+            return "orders" in p.last_frame() and len(lines) <= 16 and max(map(len, lines)) <= 50
+
+        wait_for(small, timeout=4, what="a 50x16 frame")
+        p.send(b"q")
+        assert p.proc.wait(10) == 0
+        _assert_restored(p)
+
+
+def test_each_refresh_costs_redis_a_few_commands_and_never_keys(
+    own_server: RedisServer, namespace: str
+) -> None:
+    rs = Rsched(own_server.client(), namespace)
+    for q in ("a", "b"):
+        rs.add("t", "1", queue=q)
+    CronRunner(rs, make_spec("c", "* * * * *", ["true"])).register()
+    Lock(rs, "l", ttl_ms=60_000, watchdog=False).acquire()
+    with live_top(rsched_env(own_server, namespace), "--interval", "200ms") as p:
+        wait_for(lambda: "QUEUES (2)" in p.last_frame(), what="the first frame")
+        own_server.client().config_resetstat()
+        t0 = time.monotonic()
+        threading.Event().wait(2.0)  # the quantity under test is commands per unit of time
+        info = own_server.client().info("commandstats")
+        elapsed = time.monotonic() - t0
+        p.send(b"q")
+        assert p.proc.wait(10) == 0
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in info.items()}
+    assert "keys" not in calls
+    assert calls.get("scan", 0) <= 2 * (elapsed * 1000 / LOCK_SCAN_EVERY_MS + 1)  # locks: throttled
+    refreshes = elapsed / 0.2 + 1
+    total = sum(calls.values()) - calls.get("info", 0) - calls.get("config|resetstat", 0)
+    assert total / refreshes < 60, calls  # ~30: a few pipelines, nothing per task
 
 
 def _due(frame: str) -> str | None:
@@ -237,8 +290,13 @@ def test_redis_going_away_shows_a_banner_and_recovers(
             timeout=15,
             what="recovery",
         )
-        p.send(b"q")
-        assert p.proc.wait(10) == 0
+        own_server.freeze()  # a refresh hangs: the screen says so and `q` still quits
+        try:
+            wait_for(lambda: "Redis not answering" in p.last_frame(), what="the slow banner")
+            p.send(b"q")
+            assert p.proc.wait(5) == 0
+        finally:
+            own_server.thaw()
         _assert_restored(p)
 
 

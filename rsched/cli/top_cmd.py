@@ -178,8 +178,11 @@ def _live(rs: Rsched, first: Snapshot, interval_ms: int, title: str, console: Co
             termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
         for s, h in old_handlers.items():
             signal.signal(s, h)
-        os.close(r_poke)
-        os.close(w_poke)
+        if collector.ident is not None:
+            collector.join(timeout=0.2)
+        if not collector.is_alive():  # else a refresh hangs on Redis: the pipe goes at exit
+            os.close(r_poke)
+            os.close(w_poke)
 
 
 @click.command("top")
