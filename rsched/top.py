@@ -250,6 +250,15 @@ def _who(r: Record) -> str:
     return f"{d.get('name')}{shard}"
 
 
+def _busy_first(queues: Sequence[QueueStats]) -> list[QueueStats]:
+    """Queues with work due, running, stale or dead (or paused) first, each group
+    by name: when rows must be cut, the idle ones go."""
+    return sorted(
+        queues,
+        key=lambda q: (not (q.due or q.processing or q.stale or q.dead or q.paused), q.queue),
+    )
+
+
 def _next_fire(c: CronInfo, now: int) -> int | None:
     """The cron's next tick as of ``now`` (recomputed locally once the fetched one passed)."""
     nxt = c.next_fire_ms
@@ -374,7 +383,7 @@ def render(
     ]
 
     panels: list[tuple[str, list[Col], list[Any], bool, str]] = [
-        (f"QUEUES ({len(snap.queues)})", queue_cols, snap.queues, True, "no queues"),
+        (f"QUEUES ({len(snap.queues)})", queue_cols, _busy_first(snap.queues), True, "no queues"),
         (f"CRONS ({len(snap.crons)})", cron_cols, snap.crons, True, "no crons registered"),
         (f"LOCKS ({len(snap.locks)})", lock_cols, snap.locks, True, "no locks held"),
         ("LATEST RUNS", run_cols, snap.runs, False, "no runs recorded"),

@@ -103,6 +103,8 @@ def test_once_prints_one_frame_that_honours_the_width(
 def test_busy_namespace_fits_80x24_with_more_rows_elided(rs: Rsched) -> None:
     for i in range(30):
         rs.add("t", "1", queue=f"queue-number-{i:02d}-with-a-name-far-too-long-for-80-columns")
+    for i in range(10):
+        rs.add("t", "1", queue=f"idle-{i:02d}", delay="1h")
     for i in range(12):
         CronRunner(rs, make_spec(f"cron-{i:02d}", "*/5 * * * *", ["true"])).register()
     locks = [Lock(rs, f"lock-{i:02d}", ttl_ms=60_000, watchdog=False) for i in range(9)]
@@ -115,11 +117,12 @@ def test_busy_namespace_fits_80x24_with_more_rows_elided(rs: Rsched) -> None:
             lk.release()
     lines = text.splitlines()
     assert len(lines) <= 24 and max(len(ln) for ln in lines) <= 80, text
-    assert "QUEUES (30)" in text and "CRONS (12)" in text and "LOCKS (9)" in text
+    assert "QUEUES (40)" in text and "CRONS (12)" in text and "LOCKS (9)" in text
     assert "…" in text  # long queue names are ellipsized, not wrapped
     more = [int(ln.split()[0][1:]) for ln in lines if ln.split()[1:2] == ["more"]]
     shown_queues = sum(1 for ln in lines if ln.startswith("queue-number-"))
-    assert len(more) == 3 and shown_queues + more[0] == 30
+    assert len(more) == 3 and shown_queues + more[0] == 40
+    assert "idle-" not in text  # queues with due work come first
     # With no height (--once into a pipe) panels are capped but longer.
     tall, _ = _frame(rs, height=None)
     assert sum(1 for ln in tall.splitlines() if ln.startswith("queue-number-")) > shown_queues
