@@ -123,7 +123,8 @@ def _three_runners(cli: Cli, tmp_path: Path, ticks: int) -> None:
     assert stop_all(procs) == [0, 0, 0]
     fired = lines(log)
     ms = assert_exactly_once([f[0] for f in fired], ticks)
-    recs = [r for r in history(cli, "report.daily") if r["result"] == "ok"]
+    # A job that was running when its runner got SIGTERM is recorded `failed` (stopped).
+    recs = [r for r in history(cli, "report.daily") if r["result"] in ("ok", "failed")]
     assert sorted(r["fire_ms"] for r in recs) == ms  # history agrees: each tick once
     tokens = [int(f[1]) for f in fired]
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
@@ -167,7 +168,8 @@ def test_two_second_ticks_listing_and_history(cli: Cli, tmp_path: Path) -> None:
     assert stop_all(procs) == [0, 0, 0]
     assert_exactly_once([f[0] for f in lines(log)], 2, step_ms=2000)
     h = history(cli, "report.daily")
-    assert h and all(r["kind"] == "cron" and r["result"] == "ok" for r in h)
+    assert h and all(r["kind"] == "cron" and r["result"] in ("ok", "failed") for r in h)
+    assert all(r["result"] == "ok" or "shutting down" in r["error"] for r in h)
     assert all(r["fire_at"].endswith(":00.000Z") or int(r["fire_at"][17:19]) % 2 == 0 for r in h)
     table = cli("crons", check=0).stdout
     assert "report.daily" in table
@@ -481,7 +483,9 @@ def test_clock_skew_no_early_fire_no_missed_tick(cli: Cli, tmp_path: Path, skew:
             for r in history(cli, "skew")
         ],
     )
-    h = [r for r in history(cli, "skew") if r["result"] == "ok"]
+    h = [
+        r for r in history(cli, "skew") if r["result"] in ("ok", "failed")
+    ]  # failed: stopped at the end
     assert len(h) == len(lines(log))
     for r in h:  # by the server's clock: never early, never much late
         assert 0 <= r["started_ms"] - r["fire_ms"] < 1000, r
