@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, JustifyMethod, RenderableType
@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 RUNS = 20
 #: Rows per panel when the frame has no height (``--once`` into a pipe).
 ROWS_UNBOUNDED = 15
-#: `locks` SCANs the keyspace: do it at most this often, count down TTLs in between.
+#: `locks` SCANs the keyspace: do it at most this often; in between, the locks
+#: already seen are re-read by key (a lock taken meanwhile shows up at the next SCAN).
 LOCK_SCAN_EVERY_MS = 5_000
 
 _RESULT_STYLE = {
@@ -56,7 +57,7 @@ class Snapshot:
     crons: list[CronInfo] = field(default_factory=list)
     locks: list[LockInfo] = field(default_factory=list)
     runs: list[Record] = field(default_factory=list)
-    locks_ms: int | None = None  # server time of the lock SCAN (may be older than now_ms)
+    locks_scan_ms: int | None = None  # server time of the last lock SCAN
     fetch_ms: float = 0.0  # how long the refresh took (local clock)
 
 
@@ -84,6 +85,27 @@ def latest_runs(rs: Rsched, limit: int = RUNS) -> tuple[list[Record], list[str]]
     return recs[:limit], sorted(queues)
 
 
+def _recheck_locks(rs: Rsched, locks: list[LockInfo], now: int) -> list[LockInfo]:
+    """Re-read locks found by the last SCAN (one pipeline): drop the released or
+    re-acquired ones, refresh TTLs."""
+    if not locks:
+        return []
+    pipe = rs.redis.pipeline(transaction=False)
+    for lk in locks:
+        key = rs.keys.lock(lk.name).lock if lk.kind == "lock" else rs.keys.cron(lk.name).run_lock
+        pipe.hget(key, "token")
+        pipe.pttl(key)
+    res = pipe.execute()
+    out = []
+    for i, lk in enumerate(locks):
+        token, ttl = res[2 * i], int(res[2 * i + 1])
+        if ttl == -2 or token is None or str(token) != str(lk.token):
+            continue
+        held = now - lk.since_ms if lk.since_ms is not None else None
+        out.append(replace(lk, ttl_ms=ttl, held_ms=held))
+    return out
+
+
 def collect(rs: Rsched, previous: Snapshot | None = None, runs: int = RUNS) -> Snapshot:
     """One refresh. Locks are re-SCANned only every :data:`LOCK_SCAN_EVERY_MS`
     (``previous`` supplies them in between; their TTLs are counted down)."""
@@ -98,19 +120,19 @@ def collect(rs: Rsched, previous: Snapshot | None = None, runs: int = RUNS) -> S
     now = rs.now_ms()
     if (
         previous is not None
-        and previous.locks_ms is not None
-        and 0 <= now - previous.locks_ms < LOCK_SCAN_EVERY_MS
+        and previous.locks_scan_ms is not None
+        and 0 <= now - previous.locks_scan_ms < LOCK_SCAN_EVERY_MS
     ):
-        locks, locks_ms = previous.locks, previous.locks_ms
+        locks, scanned = _recheck_locks(rs, previous.locks, now), previous.locks_scan_ms
     else:
-        locks, locks_ms = list_locks(rs), now
+        locks, scanned = list_locks(rs), now
     return Snapshot(
         now_ms=now,
         queues=qs,
         crons=crons,
         locks=locks,
         runs=recs,
-        locks_ms=locks_ms,
+        locks_scan_ms=scanned,
         fetch_ms=(time.monotonic() - t0) * 1000,
     )
 
@@ -331,14 +353,12 @@ def render(
     def ttl(lk: LockInfo) -> str:
         if lk.ttl_ms < 0:
             return "none"
-        base = snap.locks_ms if snap.locks_ms is not None else snap.now_ms
-        return human_duration(max(0, lk.ttl_ms - max(0, now - base)))
+        return human_duration(max(0, lk.ttl_ms - age))
 
     def held(lk: LockInfo) -> str:
         if lk.held_ms is None:
             return "-"
-        base = snap.locks_ms if snap.locks_ms is not None else snap.now_ms
-        return human_duration(lk.held_ms + max(0, now - base))
+        return human_duration(lk.held_ms + age)
 
     lock_cols = [
         Col("LOCK", lambda lk: lk.name, flex=True),

@@ -128,6 +128,29 @@ def test_busy_namespace_fits_80x24_with_more_rows_elided(rs: Rsched) -> None:
     assert sum(1 for ln in tall.splitlines() if ln.startswith("queue-number-")) > shown_queues
 
 
+def test_locks_between_scans_are_re_read_not_rescanned(rs: Rsched) -> None:
+    a = Lock(rs, "a", ttl_ms=60_000, watchdog=False)
+    b = Lock(rs, "b", ttl_ms=60_000, watchdog=False)
+    a.acquire()
+    b.acquire()
+    first = collect(rs)
+    assert [lk.name for lk in first.locks] == ["a", "b"]
+    b.release()
+    c = Lock(rs, "c", ttl_ms=60_000, watchdog=False)
+    c.acquire()
+    rs.redis.pexpire(rs.keys.lock("a").lock, 30_000)
+    again = collect(rs, first)  # within LOCK_SCAN_EVERY_MS: no SCAN
+    assert again.locks_scan_ms == first.locks_scan_ms
+    assert [lk.name for lk in again.locks] == ["a"]  # the released one is gone at once
+    assert again.locks[0].ttl_ms <= 30_000
+    first.locks_scan_ms = again.now_ms - LOCK_SCAN_EVERY_MS
+    rescanned = collect(rs, first)
+    assert [lk.name for lk in rescanned.locks] == ["a", "c"]
+    assert rescanned.locks_scan_ms == rescanned.now_ms
+    for lk in (a, c):
+        lk.release()
+
+
 def test_empty_namespace_renders(rs: Rsched) -> None:
     text, _ = _frame(rs)
     assert "no queues" in text and "no crons registered" in text and "no locks held" in text
