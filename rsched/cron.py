@@ -618,7 +618,8 @@ class JobRun:
         self.fire = fire
         self.token = token
         self.owner = owner
-        self.started_ms = started_ms
+        self.started_ms = started_ms  # server time of the claim; moved to the child's start
+        self._claimed = time.monotonic()
         self.shard = shard
         self.child: proc.Child | None = None
         self.stop_reason: str | None = None
@@ -682,6 +683,7 @@ class JobRun:
             env["RSCHED_SHARD_INDEX"] = str(self.shard[0])
             env["RSCHED_SHARD_TOTAL"] = str(self.shard[1])
         t0 = time.monotonic()
+        self.started_ms += int((t0 - self._claimed) * 1000)  # after jitter, by the server's clock
         if self._cancel.is_set():
             result = proc.ChildResult(143, False, self.stop_reason, "", 0)
         else:

@@ -593,3 +593,37 @@ def test_idle_runner_costs_at_most_one_command_per_second(
         assert stop_all([p]) == [0]
     finally:
         cli.close()
+
+
+def test_allow_overlaps_timeout_and_jitter(cli: Cli, tmp_path: Path) -> None:
+    log = tmp_path / "fires"
+    p = spawn_runner(
+        cli,
+        tmp_path,
+        "overlap",
+        EVERY_SECOND,
+        job(log, "exec sleep 5"),
+        "--concurrency",
+        "allow",
+        "--timeout",
+        "1500ms",
+        "--jitter",
+        "400ms",
+    )
+    try:
+        wait_for(
+            lambda: len([r for r in history(cli, "overlap") if r["result"] == "timeout"]) >= 3,
+            timeout=20,
+            what="3 timed-out runs",
+        )
+        assert stop_all([p]) == [0]
+    finally:
+        kill_pids([f[5] for f in lines(log)])
+    h = history(cli, "overlap")
+    assert not [r for r in h if r["result"] == "skipped"]  # allow: runs overlap, none skipped
+    runs = [r for r in h if r["result"] == "timeout"]
+    assert len({r["token"] for r in runs}) == len(runs)
+    delays = [r["started_ms"] - r["fire_ms"] for r in runs]
+    assert all(0 <= d < 400 + 300 for d in delays), delays
+    assert all(1400 <= r["duration_ms"] < 5000 for r in runs)
+    assert_exactly_once([f[0] for f in lines(log)], 3)

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from typing import Any
 
 import pytest
 
 from rsched.client import Rsched
 from rsched.errors import Conflict, LockHeld, NotFound
 from rsched.locks import Lock, list_locks, unlock
-from tests.support import Cli, wait_for
+from tests.support import ROOT, Cli, wait_for
 
 
 def test_context_manager_yields_increasing_fencing_tokens(rs: Rsched) -> None:
@@ -106,3 +109,37 @@ def test_cli_locks_and_unlock(cli: Cli, rs: Rsched) -> None:
     cli("unlock", "cli-lock", "--token", str(tok), check=0)
     assert cli("unlock", "cli-lock", "--force").returncode == 3
     assert cli("unlock", "bad name!", "--force").returncode == 2
+
+
+WORKER = """
+import sys, time
+from rsched.client import Rsched
+rs = Rsched.from_url(sys.argv[1], sys.argv[2])
+out = sys.argv[3]
+for _ in range(10):
+    with rs.lock("shared", ttl_ms=2000, wait=30) as token:
+        with open(out, "a") as fh:
+            fh.write(f"enter {token}\\n")
+        time.sleep(0.005)
+        with open(out, "a") as fh:
+            fh.write(f"leave {token}\\n")
+"""
+
+
+def test_mutual_exclusion_across_processes(server: Any, rs: Rsched, tmp_path: Any) -> None:
+    out = tmp_path / "trace"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, server.url, rs.namespace, str(out)], cwd=str(ROOT)
+        )
+        for _ in range(5)
+    ]
+    assert [p.wait(120) for p in procs] == [0] * 5
+    events = [line.split() for line in out.read_text().splitlines()]
+    assert len(events) == 100
+    tokens = []
+    for i in range(0, 100, 2):  # strictly enter/leave pairs: never two holders at once
+        (e, t1), (leave, t2) = events[i], events[i + 1]
+        assert (e, leave) == ("enter", "leave") and t1 == t2, events[i : i + 2]
+        tokens.append(int(t1))
+    assert tokens == sorted(tokens) and len(set(tokens)) == 50  # fencing tokens strictly increase
