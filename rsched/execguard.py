@@ -193,7 +193,10 @@ def run_exec(
     if outcome != "ok":
         rec["error"] = result.describe()
     _release_with_retry(rs, k.lock, k.history, owner, rec)
-    return ExecOutcome("ran", result.exit_code, result=outcome, token=token, fire_ms=fire_ms)
+    note = result.stderr_tail if child.popen is None else ""  # could not even start it
+    return ExecOutcome(
+        "ran", result.exit_code, result=outcome, token=token, fire_ms=fire_ms, note=note
+    )
 
 
 def _release_with_retry(

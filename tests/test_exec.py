@@ -225,3 +225,9 @@ def test_three_hosts_with_skewed_clocks_run_once_per_minute(cli: Cli, tmp_path: 
     fired = log.read_text().splitlines()
     assert len(fired) == len(set(fired)) and 1 <= len(fired) <= 2  # 2 only across a minute boundary
     assert all(f.endswith(":00.000Z") for f in fired)
+
+
+def test_command_that_cannot_start(cli: Cli) -> None:
+    r = cli("exec", "--lock", "nope", "--", "/nonexistent/program")
+    assert r.returncode == 127 and "cannot start" in r.stderr
+    assert cli.json("history", "nope")[0]["result"] == "failed"

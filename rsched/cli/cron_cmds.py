@@ -116,7 +116,9 @@ def exec_cmd(
         on_lock_lost=on_lock_lost,
         log=app.debug,
     )
-    if out.status == "ran" and out.result not in ("ok", "failed"):
+    if out.status == "ran" and out.note:
+        app.info(f"rsched: error: {out.note}")
+    elif out.status == "ran" and out.result not in ("ok", "failed"):
         app.info(f"rsched: {lock}: {out.result} (exit status {out.exit_code})")
     ctx.exit(out.exit_code)
 
