@@ -301,6 +301,13 @@ class CronRunner:
 
     def register(self) -> None:
         s = self.spec
+        before = self.rs.redis.hmget(self.k.state, "schedule", "tz", "registered_by")
+        if before[0] is not None and (before[0], before[1]) != (s.schedule.expr, s.schedule.tz):
+            self.log(
+                f"cron {s.name}: warning: runner {before[2]} registered it with schedule "
+                f"{before[0]!r} ({before[1]}); this runner uses {s.schedule.expr!r} ({s.schedule.tz}). "
+                "Runners of one cron should share its schedule."
+            )
         pipe = self.rs.redis.pipeline(transaction=False)
         pipe.sadd(self.rs.keys.crons, s.name)
         pipe.hset(

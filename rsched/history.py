@@ -139,7 +139,8 @@ def read(
 
         raise BadInput("--limit", f"{limit} is not a positive whole number")
     keys = streams_for(rs, name, queue)
-    iters = [_stream(rs, k) for k in keys]
+    page = max(10, min(PAGE, limit))  # many streams: small first pages
+    iters = [_stream(rs, k, page) for k in keys]
     merged = heapq.merge(*iters, key=lambda r: tuple(-x for x in r.sort_key))
     out: list[Record] = []
     for rec in merged:

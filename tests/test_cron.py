@@ -627,3 +627,15 @@ def test_allow_overlaps_timeout_and_jitter(cli: Cli, tmp_path: Path) -> None:
     assert all(0 <= d < 400 + 300 for d in delays), delays
     assert all(1400 <= r["duration_ms"] < 5000 for r in runs)
     assert_exactly_once([f[0] for f in lines(log)], 3)
+
+
+def test_runner_warns_about_a_different_schedule(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    rs.redis.hset(
+        rs.keys.cron("mixed").state,
+        mapping={"schedule": "0 * * * *", "tz": "UTC", "registered_by": "other:1:x"},
+    )
+    p = spawn_runner(cli, tmp_path, "mixed", "0 0 1 1 *", ["true"], tag="w")
+    log = tmp_path / "runner-mixed-w.log"
+    wait_for(lambda: "should share its schedule" in log.read_text(), timeout=10, what="the warning")
+    assert stop_all([p]) == [0]
+    assert cli.json("crons")[0]["schedule"] == "0 0 1 1 *"
