@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add cancel crons dead demo doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show top unlock' ;;
+    'rsched') echo 'add bench cancel crons dead demo doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show top unlock' ;;
     'rsched run') echo 'consumer cron' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -14,6 +14,7 @@ _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version --help' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --format --json --help' ;;
+    'rsched bench') echo '--embedded --quick --repeat --only --namespace --format --json --help' ;;
     'rsched cancel') echo '--queue --format --json --help' ;;
     'rsched crons') echo '--format --json --help' ;;
     'rsched dead') echo '--queue --limit --format --json --help' ;;
@@ -47,6 +48,7 @@ _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --format' ;;
+    'rsched bench') echo '--repeat --only --namespace --format' ;;
     'rsched cancel') echo '--queue --format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
@@ -80,6 +82,7 @@ _rsched_choices() {
     'rsched|--format') echo 'table plain json' ;;
     'rsched add|--if-exists') echo 'keep replace error' ;;
     'rsched add|--format') echo 'table plain json' ;;
+    'rsched bench|--format') echo 'table plain json' ;;
     'rsched cancel|--format') echo 'table plain json' ;;
     'rsched crons|--format') echo 'table plain json' ;;
     'rsched dead|--format') echo 'table plain json' ;;

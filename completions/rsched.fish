@@ -5,7 +5,7 @@
 function __rsched_subcommands
     switch $argv[1]
         case 'rsched'
-            printf '%s\n' 'add' 'cancel' 'crons' 'dead' 'demo' 'doctor' 'exec' 'history' 'list' 'locks' 'metrics' 'pause' 'purge' 'queues' 'requeue-stale' 'resume' 'retry' 'run' 'server' 'show' 'top' 'unlock'
+            printf '%s\n' 'add' 'bench' 'cancel' 'crons' 'dead' 'demo' 'doctor' 'exec' 'history' 'list' 'locks' 'metrics' 'pause' 'purge' 'queues' 'requeue-stale' 'resume' 'retry' 'run' 'server' 'show' 'top' 'unlock'
         case 'rsched run'
             printf '%s\n' 'consumer' 'cron'
         case 'rsched server'
@@ -19,6 +19,8 @@ function __rsched_value_options
             printf '%s\n' '--redis-url' '--namespace' '--config' '--format'
         case 'rsched add'
             printf '%s\n' '--in' '--at' '--tz' '--queue' '--payload' '--payload-file' '--max-attempts' '--if-exists' '--from' '--format'
+        case 'rsched bench'
+            printf '%s\n' '--repeat' '--only' '--namespace' '--format'
         case 'rsched cancel'
             printf '%s\n' '--queue' '--format'
         case 'rsched crons'
@@ -104,6 +106,7 @@ end
 
 complete -c rsched -e
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'add' -d 'Schedule a task: TYPE ID, due now, --in DUR or --at TIME.'
+complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'bench' -d 'How fast is this Redis for rsched? Enqueue, drain, firing lateness, cold...'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'cancel' -d 'Remove a task in any state (exit 3 if there is none).'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'crons' -d 'Crons: schedule, time zone, next fire, last fire (when, result, host), live...'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'dead' -d 'Dead-lettered tasks, most recent first, with their last error.'
@@ -146,6 +149,14 @@ complete -c rsched -n '__rsched_is \'rsched add\'' -l 'from' -r -F -d 'Bulk add 
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'format' -x -a 'table plain json' -d 'Output format'
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'json' -d 'Print JSON (same as --format json)'
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'help' -d 'Show this message and exit'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'embedded' -d 'Start a throwaway server (as `rsched server` would) instead of using --redis-url'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'quick' -d 'Smaller runs (about a minute): 100,000 tasks for the scale check, one repetition'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'repeat' -x -d 'Repetitions; throughput and lateness figures are their medians [default 3; --quick 1]'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'only' -x -d 'Comma-separated sections: enqueue, drain, lateness, cold, idle, scale [default: all]'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'namespace' -x -d 'Run in this namespace; it must be empty and is deleted afterwards [default: a fresh rsched-bench-XXXXXX]'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'format' -x -a 'table plain json' -d 'Output format'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'json' -d 'Print JSON (same as --format json)'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'help' -d 'Show this message and exit'
 complete -c rsched -n '__rsched_is \'rsched cancel\'' -l 'queue' -x -d 'Queue name'
 complete -c rsched -n '__rsched_is \'rsched cancel\'' -l 'format' -x -a 'table plain json' -d 'Output format'
 complete -c rsched -n '__rsched_is \'rsched cancel\'' -l 'json' -d 'Print JSON (same as --format json)'

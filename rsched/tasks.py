@@ -2,10 +2,16 @@
 dead-letter handling, pause/resume.
 
 A task is identified by (queue, TYPE, ID). Its record, stored in the queue's
-``tasks`` hash under the member ``"TYPE ID"``, is a JSON array::
+``tasks`` hash under the member ``"TYPE ID"``, is a JSON array with its
+trailing defaults left out (``rsched/lua/_record.lua`` reads and writes it)::
 
-    [payload_json_text, attempts, max_attempts (0 = consumer default),
-     claim_token, last_error, due_ms, created_ms]
+    [payload_json_text, attempts=0, max_attempts=0 (0 = consumer default),
+     claim_token="", last_error="", due_ms]
+
+A task that was never claimed is stored as ``[payload]`` (``[payload,0,N]``
+with its own max attempts): its due time is its score in the ``sched`` set,
+and the first claim writes ``due_ms`` into the record. Records written by
+earlier versions (a seventh entry, ``created_ms``) are read the same way.
 
 Writes go through the Lua core (``rsched/lua``); reads are plain commands.
 """
@@ -13,7 +19,7 @@ Writes go through the Lua core (``rsched/lua``); reads are plain commands.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +142,17 @@ def _at(value: Any, field: str, tz: str | None) -> int:
     return parse_time(value, field, tz)
 
 
+_FLAG_FIELDS = {
+    "type": "TYPE",
+    "id": "ID",
+    "queue": "--queue",
+    "in": "--in",
+    "at": "--at",
+    "payload": "--payload",
+    "max_attempts": "--max-attempts",
+}
+
+
 def make_spec(
     task_type: str,
     task_id: str,
@@ -150,19 +167,11 @@ def make_spec(
     fields: dict[str, str] | None = None,
 ) -> TaskSpec:
     """Validate one task's inputs. ``fields`` renames fields in error messages."""
-    f = {
-        "type": "TYPE",
-        "id": "ID",
-        "queue": "--queue",
-        "in": "--in",
-        "at": "--at",
-        "payload": "--payload",
-        "max_attempts": "--max-attempts",
-    }
-    f.update(fields or {})
+    f = {**_FLAG_FIELDS, **fields} if fields else _FLAG_FIELDS
     validate.task_type(task_type, f["type"])
     validate.task_id(task_id, f["id"])
-    validate.queue(queue, f["queue"])
+    if queue != "default":
+        validate.queue(queue, f["queue"])
     if delay is not None and at is not None:
         raise BadInput(f["in"], f"give either {f['in']} or {f['at']}, not both")
     spec = TaskSpec(task_type, task_id, queue)
@@ -179,12 +188,57 @@ def make_spec(
     return spec
 
 
-def _args(spec: TaskSpec) -> list[Any]:
-    if spec.at_ms is not None:
-        kind, value = "at", spec.at_ms
-    else:
-        kind, value = "in", spec.delay_ms or 0
-    return [spec.member, kind, value, spec.payload_json, spec.max_attempts]
+#: Fields of one ``add --from`` JSON line.
+LINE_FIELDS = frozenset(("type", "id", "queue", "in", "at", "payload", "max_attempts"))
+
+
+def spec_from_line(raw: bytes | str, lineno: int) -> TaskSpec:
+    """One ``add --from`` JSON line -> a validated spec. Errors name the line and field."""
+    where = f"line {lineno}"
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInput(where, "is not valid UTF-8") from None
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BadInput(where, f"is not a JSON object ({exc.msg})") from None
+    if type(obj) is not dict:
+        raise BadInput(
+            where, 'is not a JSON object like {"type": "order.close", "id": "1001", "in": "30m"}'
+        )
+    if not obj.keys() <= LINE_FIELDS:
+        unknown = sorted(set(obj) - LINE_FIELDS)[0]
+        raise BadInput(
+            f"{where}: {unknown}", f"unknown field (known: {', '.join(sorted(LINE_FIELDS))})"
+        )
+    for req in ("type", "id"):
+        if req not in obj:
+            raise BadInput(f"{where}: {req}", "is required")
+    task_type = obj["type"]
+    task_id = obj["id"]
+    if type(task_type) is not str or type(task_id) not in (str, int):
+        raise BadInput(f"{where}: id", "type and id must be strings")
+    kw: dict[str, Any] = dict(
+        queue=obj.get("queue", "default"),
+        delay=obj.get("in"),
+        at=obj.get("at"),
+        payload=obj.get("payload"),
+        max_attempts=obj.get("max_attempts"),
+    )
+    try:
+        return make_spec(task_type, str(task_id), **kw)
+    except BadInput:
+        # The common case pays for no per-line field names; a bad line is checked
+        # again so that the message names "line N: FIELD".
+        fields = {k: f"{where}: {k}" for k in LINE_FIELDS}
+        return make_spec(task_type, str(task_id), fields=fields, **kw)
+
+
+def _args(spec: TaskSpec) -> tuple[str, str, str, int]:
+    due = f"+{spec.delay_ms or 0}" if spec.at_ms is None else str(spec.at_ms)
+    return (spec.member, due, spec.payload_json, spec.max_attempts)
 
 
 def _queue_keys(rs: Rsched, queue: str) -> list[str]:
@@ -223,7 +277,7 @@ def add(
     aware datetime); neither = due now. Existing task: ``if_exists``."""
     _check_if_exists(if_exists)
     spec = make_spec(task_type, task_id, **kw)
-    flat = rs.scripts("add-5", _queue_keys(rs, spec.queue), [if_exists, *_args(spec)])
+    flat = rs.scripts("add-5", _queue_keys(rs, spec.queue), [if_exists, "tasks", *_args(spec)])
     # Registered after the script succeeded, so refused input writes nothing.
     _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, spec.queue))
     result = _results([spec], flat)[0]
@@ -232,44 +286,123 @@ def add(
     return result
 
 
-def add_many(
-    rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 500
-) -> list[AddResult]:
-    """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
-    calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
+def _add_calls(
+    rs: Rsched, specs: Iterable[TaskSpec], if_exists: str, reply: str, batch: int
+) -> tuple[list[TaskSpec], list[tuple[list[TaskSpec], Any]]]:
+    """Group specs per queue, ``batch`` tasks per ``add-5`` call, all calls in one
+    pipeline. Returns the specs in order and (chunk, reply) pairs."""
     _check_if_exists(if_exists)
     by_queue: dict[str, list[TaskSpec]] = {}
     order: list[TaskSpec] = []
     for s in specs:
-        by_queue.setdefault(s.queue, []).append(s)
+        items = by_queue.get(s.queue)
+        if items is None:
+            items = by_queue[s.queue] = []
+        items.append(s)
         order.append(s)
+    if not order:
+        return order, []
     pipe = rs.redis.pipeline(transaction=False)
     chunks: list[list[TaskSpec]] = []
     for q, items in by_queue.items():
         keys = _queue_keys(rs, q)
         for i in range(0, len(items), batch):
             part = items[i : i + batch]
-            args: list[Any] = [if_exists]
+            args: list[Any] = [if_exists, reply]
             for s in part:
                 args.extend(_args(s))
             rs.scripts("add-5", keys, args, client=pipe)
             chunks.append(part)
     from rsched.scripts import map_error
 
-    res = pipe.execute(raise_on_error=False)
-    results: dict[int, AddResult] = {}
-    first_error = None
-    for part, r in zip(chunks, res, strict=True):
+    try:
+        res = pipe.execute(raise_on_error=False)
+    except Exception as exc:
+        raise map_error(exc) from exc
+    pairs = list(zip(chunks, res, strict=True))
+    for _, r in pairs:
         if isinstance(r, Exception):
-            first_error = first_error or map_error(r)
-            continue
+            raise map_error(r)
+    # Registered after the scripts succeeded, so refused input writes nothing.
+    _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *by_queue))
+    return order, pairs
+
+
+def add_many(
+    rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 500
+) -> list[AddResult]:
+    """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
+    calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
+    order, pairs = _add_calls(rs, specs, if_exists, "tasks", batch)
+    results: dict[int, AddResult] = {}
+    for part, r in pairs:
         for s, ar in zip(part, _results(part, r), strict=True):
             results[id(s)] = ar
-    if first_error is not None:
-        raise first_error
-    if by_queue:
-        _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *by_queue))
     return [results[id(s)] for s in order]
+
+
+def add_counts(
+    rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 1000
+) -> dict[str, int]:
+    """:func:`add_many` for bulk loads: only ``{"added", "kept", "replaced"}`` counts
+    come back (no per-task reply to build or parse)."""
+    _, pairs = _add_calls(rs, specs, if_exists, "counts", batch)
+    counts = {"added": 0, "kept": 0, "replaced": 0}
+    for _, (a, k, r) in pairs:
+        counts["added"] += int(a)
+        counts["kept"] += int(k)
+        counts["replaced"] += int(r)
+    return counts
+
+
+def add_lines(
+    rs: Rsched | Callable[[], Rsched],
+    lines: Iterable[bytes | str],
+    *,
+    if_exists: str = "keep",
+    batch: int = 20_000,
+    progress: Any = None,
+) -> dict[str, int]:
+    """``add --from``: JSON lines -> tasks, ``batch`` lines validated, then written
+    in one pipeline. A bad line raises :class:`BadInput` naming it; nothing of
+    its batch is written (earlier batches are, and the message says how many).
+    ``progress(counts)`` is called after each batch. ``rs`` may be a function
+    that connects: it is called on the first batch (bad input needs no Redis)."""
+    _check_if_exists(if_exists)
+    counts = {"added": 0, "kept": 0, "replaced": 0}
+    pending: list[TaskSpec] = []
+    conn: list[Rsched] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        if not conn:
+            conn.append(rs() if callable(rs) else rs)
+        for k, v in add_counts(conn[0], pending, if_exists=if_exists).items():
+            counts[k] += v
+        pending.clear()
+        if progress is not None:
+            progress(counts)
+
+    parse = spec_from_line
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            pending.append(parse(raw, lineno))
+        except BadInput as exc:
+            done = sum(counts.values())
+            if done:
+                raise BadInput(
+                    str(exc.field),
+                    f"{str(exc).split(': ', 1)[-1]} "
+                    f"({done} tasks from earlier lines were written; nothing from this batch)",
+                ) from None
+            raise
+        if len(pending) >= batch:
+            flush()
+    flush()
+    return counts
 
 
 def cancel(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> str:
@@ -285,6 +418,10 @@ def cancel(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> 
     return str(state)
 
 
+#: A record's positions when left out (see the module docstring).
+_REC_DEFAULTS = ["null", 0, 0, "", "", None]
+
+
 def _decode(
     rs: Rsched, queue: str, m: str, raw: str | None, state: str, score: float | None
 ) -> Task | None:
@@ -292,25 +429,24 @@ def _decode(
         return None
     t, i = K.split_member(m)
     r = json.loads(raw)
+    r.extend(_REC_DEFAULTS[len(r) :])
     try:
         payload = json.loads(r[0])
     except (TypeError, ValueError):
         payload = r[0]
-    due = (
-        int(r[5])
-        if state in ("processing", "dead")
-        else int(score)
-        if score is not None
-        else int(r[5])
-    )
+    in_record = int(r[5]) if r[5] else None
+    if state in ("processing", "dead") or score is None:
+        due = in_record
+    else:
+        due = int(score)
     return Task(
         type=t,
         id=i,
         queue=queue,
         state=state,
         due_ms=due,
-        attempts=int(r[1]),
-        max_attempts=int(r[2]) or None,
+        attempts=int(r[1] or 0),
+        max_attempts=int(r[2] or 0) or None,
         payload=payload,
         last_error=r[4] or None,
         lease_ms=int(score) if score is not None and state in ("processing", "dead") else None,

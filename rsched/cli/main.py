@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "metrics": "rsched.cli.ops_cmds:metrics",
     "demo": "rsched.cli.demo_cmd:demo",
     "top": "rsched.cli.top_cmd:top",
+    "bench": "rsched.cli.bench_cmd:bench",
 }
 
 

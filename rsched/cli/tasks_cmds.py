@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import IO, Any
 
 import click
@@ -157,95 +156,25 @@ def add(
     _task_record(app, res.task, now, {"status": res.status})
 
 
-_LINE_FIELDS = {"type", "id", "queue", "in", "at", "payload", "max_attempts"}
-
-
-def _parse_line(raw: bytes, lineno: int) -> Any:
+def _add_from(app: App, fh: IO[bytes], if_exists: str) -> None:
     from rsched import tasks
 
-    where = f"line {lineno}"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadInput(where, "is not valid UTF-8") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(where, f"is not a JSON object ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise BadInput(
-            where, 'is not a JSON object like {"type": "order.close", "id": "1001", "in": "30m"}'
-        )
-    unknown = set(obj) - _LINE_FIELDS
-    if unknown:
-        raise BadInput(
-            f"{where}: {sorted(unknown)[0]}",
-            f"unknown field (known: {', '.join(sorted(_LINE_FIELDS))})",
-        )
-    for req in ("type", "id"):
-        if req not in obj:
-            raise BadInput(f"{where}: {req}", "is required")
-    fields = {
-        k: f"{where}: {k}" for k in ("type", "id", "queue", "in", "at", "payload", "max_attempts")
-    }
-    if not isinstance(obj["type"], str) or not isinstance(obj["id"], str | int):
-        raise BadInput(fields["id"], "type and id must be strings")
-    return tasks.make_spec(
-        obj["type"],
-        str(obj["id"]),
-        queue=obj.get("queue", "default"),
-        delay=obj.get("in"),
-        at=obj.get("at"),
-        payload=obj.get("payload"),
-        max_attempts=obj.get("max_attempts"),
-        fields=fields,
-    )
-
-
-def _add_from(app: App, fh: IO[bytes], if_exists: str, batch: int = 20_000) -> None:
-    from rsched import tasks
-
-    counts = {"added": 0, "kept": 0, "replaced": 0}
     progress = None
+    on_batch = None
     if render.stderr_is_tty() and not app.quiet and app.fmt != "json":
         from rich.progress import Progress, SpinnerColumn, TextColumn
 
         progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True)
         progress.start()
         bar = progress.add_task("adding tasks", total=None)
+
+        def on_batch(counts: dict[str, int]) -> None:
+            assert progress is not None
+            progress.update(bar, description=f"added {sum(counts.values())} tasks")
+
     try:
-        rs = None
-        pending: list[Any] = []
-        lineno = 0
-
-        def flush() -> None:
-            nonlocal rs
-            if not pending:
-                return
-            rs = rs or app.rs
-            for r in tasks.add_many(rs, pending, if_exists=if_exists):
-                counts[r.status] += 1
-            pending.clear()
-            if progress is not None:
-                progress.update(bar, description=f"added {sum(counts.values())} tasks")
-
-        for lineno, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                pending.append(_parse_line(raw, lineno))
-            except BadInput as exc:
-                done = sum(counts.values())
-                if done:
-                    raise BadInput(
-                        str(exc.field),
-                        f"{str(exc).split(': ', 1)[-1]} "
-                        f"({done} tasks from earlier lines were written; nothing from this batch)",
-                    ) from None
-                raise
-            if len(pending) >= batch:
-                flush()
-        flush()
+        # Connect on the first batch: a file whose first lines are bad needs no Redis.
+        counts = tasks.add_lines(lambda: app.rs, fh, if_exists=if_exists, progress=on_batch)
     finally:
         if progress is not None:
             progress.stop()

@@ -14,9 +14,9 @@ local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, d
     if not raw then
       if not dry then redis.call('ZREM', proc, m) end
     else
-      local r = cjson.decode(raw)
+      local r = rec_decode(raw)
       local maxa = eff_max(r, defmax)
-      local is_dead = tonumber(r[P_ATTEMPTS]) >= maxa
+      local is_dead = r[P_ATTEMPTS] >= maxa
       if is_dead then died = died + 1 else requeued = requeued + 1 end
       if not dry then
         local lost_token = r[P_TOKEN]
@@ -29,10 +29,10 @@ local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, d
           r[P_ERROR] = 'lease expired (attempt ' .. r[P_ATTEMPTS] .. ')'
           redis.call('ZADD', sched, now, m)
         end
-        redis.call('HSET', tasks, m, cjson.encode(r))
+        redis.call('HSET', tasks, m, rec_encode(r))
         local t, id = string.match(m, '^(%S+) (.*)$')
         history(hist, maxlen, {kind = 'task', queue = queue, type = t, id = id,
-          fire_ms = r[P_DUE], finished_ms = now, result = 'lost', attempt = r[P_ATTEMPTS],
+          fire_ms = r[P_DUE] or now, finished_ms = now, result = 'lost', attempt = r[P_ATTEMPTS],
           token = lost_token, error = r[P_ERROR]})
       end
     end

@@ -1,11 +1,39 @@
--- fragment: a task record is the JSON array
---   [payload(string), attempts, max_attempts, token(string), last_error(string), due_ms, created_ms]
--- payload is the task's JSON text kept verbatim as a string.
-local P_PAYLOAD, P_ATTEMPTS, P_MAX, P_TOKEN, P_ERROR, P_DUE, P_CREATED = 1, 2, 3, 4, 5, 6, 7
+-- fragment: a task record is a JSON array with its trailing defaults left out:
+--   [payload(string), attempts=0, max_attempts=0, token="", last_error="", due_ms]
+-- payload is the task's JSON text kept verbatim as a string. A task that was
+-- never claimed is just [payload] (or [payload,0,max]): its due time is its
+-- score in the sched set; a claim writes due_ms into the record.
+local P_PAYLOAD, P_ATTEMPTS, P_MAX, P_TOKEN, P_ERROR, P_DUE = 1, 2, 3, 4, 5, 6
+local REC_DEFAULTS = {'null', 0, 0, '', '', false}
+
+-- record text -> a table with every position filled (due_ms false when absent).
+local function rec_decode(raw)
+  local r = cjson.decode(raw)
+  for i = 1, 6 do
+    if r[i] == nil or r[i] == cjson.null then r[i] = REC_DEFAULTS[i] end
+  end
+  r[P_ATTEMPTS] = tonumber(r[P_ATTEMPTS])
+  r[P_MAX] = tonumber(r[P_MAX])
+  if r[P_DUE] then r[P_DUE] = tonumber(r[P_DUE]) end
+  return r
+end
+
+-- table -> record text, trailing defaults dropped.
+local function rec_encode(r)
+  local n = 6
+  while n > 1 and (r[n] == REC_DEFAULTS[n] or r[n] == nil) do n = n - 1 end
+  local out = {}
+  for i = 1, n do
+    local v = r[i]
+    if v == nil or v == false then v = REC_DEFAULTS[i] end
+    out[i] = v
+  end
+  return cjson.encode(out)
+end
 
 -- max_attempts 0 in a record means "not set when added": the consumer's default applies.
 local function eff_max(r, defmax)
-  local m = tonumber(r[P_MAX])
+  local m = r[P_MAX]
   if m == 0 then return defmax end
   return m
 end

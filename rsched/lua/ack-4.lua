@@ -17,7 +17,7 @@ for i = 2, #ARGV, 3 do
   local raw = redis.call('HGET', KEYS[2], m)
   local ok = 0
   if raw and redis.call('ZSCORE', KEYS[1], m) then
-    local r = cjson.decode(raw)
+    local r = rec_decode(raw)
     if r[P_TOKEN] == tok then
       ok = 1
       redis.call('ZREM', KEYS[1], m)

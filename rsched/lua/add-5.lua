@@ -3,17 +3,18 @@
 -- KEYS[1] sched    ZSET  member -> due (ms)
 -- KEYS[2] proc     ZSET  member -> lease expiry (ms)
 -- KEYS[3] dead     ZSET  member -> died at (ms)
--- KEYS[4] tasks    HASH  member -> record
+-- KEYS[4] tasks    HASH  member -> record (see _record.lua)
 -- KEYS[5] wake     ZSET  wake-up marker for idle consumers
 -- ARGV[1] mode     "keep" | "replace" | "error" (what to do with an existing task)
--- ARGV[2..] groups of 5:
+-- ARGV[2] reply    "tasks" (3 entries per task) | "counts" ({added, kept, replaced})
+-- ARGV[3..] groups of 4:
 --   member       "TYPE ID"
---   kind         "in" (value is a delay from the server's now) | "at" (value is epoch ms)
---   value        integer ms
+--   due          "+N": N ms after the server's now | "N": at epoch ms N (integers)
 --   payload      JSON text
 --   max_attempts integer >= 1, or 0 for "the consumer's default"
--- Returns a flat array, 3 entries per task: status ("added"|"kept"|"replaced"),
--- state ("scheduled"|"due"|"processing"|"dead"), due (ms).
+-- Returns, for reply "tasks", a flat array of 3 entries per task: status
+-- ("added"|"kept"|"replaced"), state ("scheduled"|"due"|"processing"|"dead"),
+-- due (ms); for reply "counts", {added, kept, replaced}.
 -- Errors: RSCHED_CONFLICT when mode is "error" and any task exists (nothing written).
 --@include _now.lua
 --@include _record.lua
@@ -22,8 +23,9 @@
 local bad = check_types({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset'})
 if bad then return bad end
 local mode = ARGV[1]
+local tasks_reply = ARGV[2] ~= 'counts'
 local now = now_ms()
-local n = (#ARGV - 1) / 5
+local n = (#ARGV - 2) / 4
 
 local function where(m, r)
   local s = redis.call('ZSCORE', KEYS[1], m)
@@ -32,51 +34,70 @@ local function where(m, r)
     if s <= now then return 'due', s end
     return 'scheduled', s
   end
-  if redis.call('ZSCORE', KEYS[2], m) then return 'processing', tonumber(r[P_DUE]) end
-  if redis.call('ZSCORE', KEYS[3], m) then return 'dead', tonumber(r[P_DUE]) end
-  return 'orphan', tonumber(r[P_DUE])
+  local d = r[P_DUE] or now
+  if redis.call('ZSCORE', KEYS[2], m) then return 'processing', d end
+  if redis.call('ZSCORE', KEYS[3], m) then return 'dead', d end
+  return 'orphan', d
 end
 
 if mode == 'error' then
   for i = 0, n - 1 do
-    local m = ARGV[2 + i * 5]
+    local m = ARGV[3 + i * 4]
     local raw = redis.call('HGET', KEYS[4], m)
     if raw then
-      local st = where(m, cjson.decode(raw))
+      local st = where(m, rec_decode(raw))
       return redis.error_reply('RSCHED_CONFLICT task "' .. m .. '" already exists (' .. st .. ')')
     end
   end
 end
 
 local out = {}
+local added, kept, replaced = 0, 0, 0
 local min_due = nil
 for i = 0, n - 1 do
-  local b = 2 + i * 5
+  local b = 3 + i * 4
   local m = ARGV[b]
-  local due = tonumber(ARGV[b + 2])
-  if ARGV[b + 1] == 'in' then due = now + due end
-  local raw = redis.call('HGET', KEYS[4], m)
+  local spec = ARGV[b + 1]
+  local due
+  if string.byte(spec, 1) == 43 then -- '+'
+    due = now + tonumber(string.sub(spec, 2))
+  else
+    due = tonumber(spec)
+  end
+  local maxa = tonumber(ARGV[b + 3])
+  local rec
+  if maxa == 0 then rec = cjson.encode({ARGV[b + 2]}) else rec = cjson.encode({ARGV[b + 2], 0, maxa}) end
   local status = 'added'
-  if raw then
-    local st, d = where(m, cjson.decode(raw))
-    if mode == 'keep' and st ~= 'orphan' then
-      status = 'kept'
-      out[#out + 1] = status
-      out[#out + 1] = st
-      out[#out + 1] = d
-    else
+  if mode == 'replace' then
+    if redis.call('HSET', KEYS[4], m, rec) == 0 then
       status = 'replaced'
       redis.call('ZREM', KEYS[2], m)
       redis.call('ZREM', KEYS[3], m)
     end
+  elseif redis.call('HSETNX', KEYS[4], m, rec) == 0 then
+    local st, d = where(m, rec_decode(redis.call('HGET', KEYS[4], m)))
+    if st ~= 'orphan' then
+      status = 'kept'
+      kept = kept + 1
+      if tasks_reply then
+        out[#out + 1] = status
+        out[#out + 1] = st
+        out[#out + 1] = d
+      end
+    else
+      status = 'replaced'
+      redis.call('HSET', KEYS[4], m, rec)
+    end
   end
   if status ~= 'kept' then
-    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[b + 3], 0, tonumber(ARGV[b + 4]), '', '', due, now}))
     redis.call('ZADD', KEYS[1], due, m)
     if min_due == nil or due < min_due then min_due = due end
-    out[#out + 1] = status
-    out[#out + 1] = (due <= now) and 'due' or 'scheduled'
-    out[#out + 1] = due
+    if status == 'added' then added = added + 1 else replaced = replaced + 1 end
+    if tasks_reply then
+      out[#out + 1] = status
+      out[#out + 1] = (due <= now) and 'due' or 'scheduled'
+      out[#out + 1] = due
+    end
   end
 end
 
@@ -86,4 +107,5 @@ if min_due ~= nil then
     redis.call('ZADD', KEYS[5], min_due, 'w')
   end
 end
+if not tasks_reply then return {added, kept, replaced} end
 return out

@@ -41,20 +41,26 @@ local paused = redis.call('EXISTS', KEYS[7])
 local out = {now, -1, -1, paused, rq, rd}
 
 if paused == 0 and maxc > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, maxc)
-  if #due > 0 then
-    redis.call('ZREM', KEYS[1], unpack(due))
-    local last = redis.call('INCRBY', KEYS[6], #due)
-    local first = last - #due
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, maxc)
+  local count = #due / 2
+  if count > 0 then
+    local members = {}
+    for i = 1, count do members[i] = due[2 * i - 1] end
+    redis.call('ZREM', KEYS[1], unpack(members))
+    local last = redis.call('INCRBY', KEYS[6], count)
+    local first = last - count
     local expiry = now + lease
-    for i, m in ipairs(due) do
+    for i = 1, count do
+      local m = members[i]
       local raw = redis.call('HGET', KEYS[4], m)
       if raw then
-        local r = cjson.decode(raw)
-        r[P_ATTEMPTS] = tonumber(r[P_ATTEMPTS]) + 1
+        local r = rec_decode(raw)
+        r[P_ATTEMPTS] = r[P_ATTEMPTS] + 1
         local tok = string.format('%d', first + i)
         r[P_TOKEN] = tok
-        redis.call('HSET', KEYS[4], m, cjson.encode(r))
+        -- due: kept from an earlier claim (a reaped task keeps its first due), else the score
+        if not r[P_DUE] then r[P_DUE] = tonumber(due[2 * i]) end
+        redis.call('HSET', KEYS[4], m, rec_encode(r))
         redis.call('ZADD', KEYS[2], expiry, m)
         out[#out + 1] = m
         out[#out + 1] = r[P_PAYLOAD]

@@ -24,7 +24,7 @@
 local m, tok = ARGV[2], ARGV[3]
 local raw = redis.call('HGET', KEYS[4], m)
 if not raw or not redis.call('ZSCORE', KEYS[2], m) then return {'stale', 0} end
-local r = cjson.decode(raw)
+local r = rec_decode(raw)
 if r[P_TOKEN] ~= tok then return {'stale', 0} end
 
 local now = now_ms()
@@ -36,15 +36,15 @@ if ARGV[6] ~= '' and tonumber(ARGV[1]) > 0 then
 end
 local t = task_type(m)
 redis.call('HINCRBY', KEYS[6], ARGV[7] .. '|' .. t, 1)
-if ARGV[8] == '1' or tonumber(r[P_ATTEMPTS]) >= eff_max(r, tonumber(ARGV[9])) then
+if ARGV[8] == '1' or r[P_ATTEMPTS] >= eff_max(r, tonumber(ARGV[9])) then
   redis.call('ZADD', KEYS[3], now, m)
-  redis.call('HSET', KEYS[4], m, cjson.encode(r))
+  redis.call('HSET', KEYS[4], m, rec_encode(r))
   redis.call('HINCRBY', KEYS[6], 'dead|' .. t, 1)
   return {'dead', now}
 end
 local due = now + tonumber(ARGV[5])
 r[P_DUE] = due
-redis.call('HSET', KEYS[4], m, cjson.encode(r))
+redis.call('HSET', KEYS[4], m, rec_encode(r))
 redis.call('ZADD', KEYS[1], due, m)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] and tonumber(first[2]) >= due then

@@ -14,7 +14,7 @@ for i = 2, #ARGV, 2 do
   local m, tok = ARGV[i], ARGV[i + 1]
   local ok = 0
   local raw = redis.call('HGET', KEYS[2], m)
-  if raw and redis.call('ZSCORE', KEYS[1], m) and cjson.decode(raw)[P_TOKEN] == tok then
+  if raw and redis.call('ZSCORE', KEYS[1], m) and rec_decode(raw)[P_TOKEN] == tok then
     redis.call('ZADD', KEYS[1], 'XX', expiry, m)
     ok = 1
   end

@@ -16,13 +16,13 @@ for i = 1, #ARGV, 2 do
   local m, tok = ARGV[i], ARGV[i + 1]
   local raw = redis.call('HGET', KEYS[3], m)
   if raw and redis.call('ZSCORE', KEYS[2], m) then
-    local r = cjson.decode(raw)
+    local r = rec_decode(raw)
     if r[P_TOKEN] == tok then
       redis.call('ZREM', KEYS[2], m)
       r[P_TOKEN] = ''
-      r[P_ATTEMPTS] = math.max(0, tonumber(r[P_ATTEMPTS]) - 1)
-      redis.call('HSET', KEYS[3], m, cjson.encode(r))
-      redis.call('ZADD', KEYS[1], math.min(tonumber(r[P_DUE]), now), m)
+      r[P_ATTEMPTS] = math.max(0, r[P_ATTEMPTS] - 1)
+      redis.call('HSET', KEYS[3], m, rec_encode(r))
+      redis.call('ZADD', KEYS[1], math.min(r[P_DUE] or now, now), m)
       n = n + 1
     end
   end

@@ -15,11 +15,11 @@ for i = 1, #ARGV do
   local m = ARGV[i]
   local raw = redis.call('HGET', KEYS[3], m)
   if raw and redis.call('ZREM', KEYS[1], m) == 1 then
-    local r = cjson.decode(raw)
+    local r = rec_decode(raw)
     r[P_ATTEMPTS] = 0
     r[P_TOKEN] = ''
     r[P_DUE] = now
-    redis.call('HSET', KEYS[3], m, cjson.encode(r))
+    redis.call('HSET', KEYS[3], m, rec_encode(r))
     redis.call('ZADD', KEYS[2], now, m)
     n = n + 1
   end
