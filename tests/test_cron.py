@@ -645,3 +645,32 @@ def test_runner_warns_about_a_different_schedule(cli: Cli, rs: Rsched, tmp_path:
     wait_for(lambda: "should share its schedule" in log.read_text(), timeout=10, what="the warning")
     assert stop_all([p]) == [0]
     assert cli.json("crons")[0]["schedule"] == "0 0 1 1 *"
+
+
+def test_systemd_notify_ready_watchdog_stopping(cli: Cli, tmp_path: Path) -> None:
+    import socket
+
+    path = f"/tmp/rsched-cron-notify-{os.getpid()}-{tmp_path.name[-12:]}.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(15)
+    try:
+        p = spawn_runner(
+            cli,
+            tmp_path,
+            "unit",
+            "0 0 1 1 *",
+            ["true"],
+            env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"},
+        )
+        seen: list[str] = []
+        while "WATCHDOG=1" not in seen:
+            seen += s.recv(4096).decode().split("\n")
+        assert "READY=1" in seen and seen.index("READY=1") < seen.index("WATCHDOG=1")
+        p.send_signal(signal.SIGTERM)
+        while "STOPPING=1" not in seen:
+            seen += s.recv(4096).decode().split("\n")
+        assert p.wait(15) == 0
+    finally:
+        s.close()
+        os.unlink(path)
