@@ -315,15 +315,15 @@ def render(
         Col("PROC", lambda q: _num(q.processing), "right"),
         Col("STALE", lambda q: _num(q.stale, "yellow"), "right"),
         Col("DEAD", lambda q: _num(q.dead, "red"), "right"),
-        Col("LAG", lambda q: Text(_ms(q.lag_ms) if q.lag_ms else "-"), "right"),
+        Col("LAG", lambda q: Text(_ms(q.lag_ms) if q.lag_ms else "-"), "right", drop=2),
         Col(
             "NEXT",
             lambda q: relative(q.next_due_ms, now) if q.next_due_ms else "-",
             "right",
-            drop=2,
+            drop=5,
         ),
-        Col("CONS", lambda q: _num(q.consumers), "right"),
-        Col("STATE", lambda q: Text("paused", "yellow") if q.paused else "", drop=1),
+        Col("CONS", lambda q: _num(q.consumers), "right", drop=3),
+        Col("STATE", lambda q: Text("paused", "yellow") if q.paused else "", drop=4),
     ]
     cron_cols = [
         Col("CRON", lambda c: c.name, flex=True),
@@ -362,10 +362,10 @@ def render(
 
     lock_cols = [
         Col("LOCK", lambda lk: lk.name, flex=True),
-        Col("KIND", lambda lk: lk.kind),
+        Col("KIND", lambda lk: lk.kind, drop=2),
         Col("OWNER", lambda lk: lk.owner, flex=True, min_width=8),
         Col("TTL", ttl, "right"),
-        Col("HELD", held, "right"),
+        Col("HELD", held, "right", drop=1),
         Col("TOKEN", lambda lk: str(lk.token) if lk.token is not None else "-", "right"),
     ]
 
@@ -382,7 +382,7 @@ def render(
 
     run_cols = [
         Col("WHEN", when, "right"),
-        Col("KIND", lambda r: str(r.get("kind") or "-")),
+        Col("KIND", lambda r: str(r.get("kind") or "-"), drop=3),
         Col("NAME", _who, flex=True, min_width=10),
         Col("RESULT", lambda r: _result(r.get("result"))),
         Col(
@@ -410,25 +410,25 @@ def render(
     ]
 
     # Header line(s).
-    head = Table.grid(expand=True, padding=0)
-    head.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
-    head.add_column(justify="right", no_wrap=True)
     from rsched.timeutil import iso
 
-    clock = (iso(now) or "")[11:19] + "Z"
+    # Header: name and where on the left, the server clock (and keys) on the right;
+    # when that does not fit, the clock comes first and the rest is cut.
     left = Text("rsched top", style="bold")
     if title:
         left.append(f"  {title}", style="dim")
-    right = Text(clock)
+    right = Text((iso(now) or "")[11:19] + "Z")
     if interval_ms:
         every = (
             f"{interval_ms // 1000}s"
             if interval_ms % 1000 == 0 and interval_ms < 60_000
             else human_duration(interval_ms)
         )
-        right.append(f"  every {every}", style="dim")
-    right.append("  q quits", style="dim")
-    head.add_row(left, right)
+        right.append(f"  every {every}  q quits", style="dim")
+    gap = width - left.cell_len - right.cell_len
+    head = Text.assemble(left, " " * gap, right) if gap >= 2 else Text.assemble(right, "  ", left)
+    head.no_wrap = True
+    head.overflow = "ellipsis"
     parts: list[RenderableType] = [head]
     used = 1
     if banner:

@@ -151,6 +151,57 @@ def test_locks_between_scans_are_re_read_not_rescanned(rs: Rsched) -> None:
         lk.release()
 
 
+def test_every_terminal_size_from_20_columns_fits() -> None:
+    from rsched.cron import CronInfo
+    from rsched.history import Record
+    from rsched.locks import LockInfo
+    from rsched.tasks import QueueStats
+    from rsched.top import Snapshot
+
+    now = 1_800_000_000_000
+    long = "x" * 150
+    snap = Snapshot(
+        now,
+        [
+            QueueStats(f"q{i}-{long}", 10**i, i, i, i, i, now + 1000, 90_000, i, i % 2 == 0)
+            for i in range(8)
+        ],
+        [
+            CronInfo(
+                f"c{i}",
+                "*/5 * * * *",
+                "UTC",
+                now + 5000,
+                now - 3000,
+                "failed",
+                long,
+                2,
+                False,
+                True,
+            )
+            for i in range(6)
+        ],
+        [
+            LockInfo(f"l{i}-{long}", "cron", long, 123456, 10**i, now - 10, 60_000, 10, None)
+            for i in range(6)
+        ],
+        [
+            Record(f"{now - i}-0", {"kind": "exec", "name": long, "result": "ok", "error": long})
+            for i in range(20)
+        ],
+        now,
+    )
+    for width in range(20, 201, 9):
+        for height in [*range(12, 61, 6), None]:
+            console = Console(width=width, height=height or 25, record=True, file=io.StringIO())
+            console.print(
+                render(snap, width=width, height=height, title=long, interval_ms=1000, banner=long)
+            )
+            lines = console.export_text().splitlines()
+            assert max(len(ln) for ln in lines) <= width, (width, height)
+            assert height is None or len(lines) <= height, (width, height)
+
+
 def test_empty_namespace_renders(rs: Rsched) -> None:
     text, _ = _frame(rs)
     assert "no queues" in text and "no crons registered" in text and "no locks held" in text
