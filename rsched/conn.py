@@ -1,16 +1,17 @@
-"""Open a redis-py client from :class:`~rsched.config.Settings`."""
+"""Open a Redis client from :class:`~rsched.config.Settings`: redis-py, or for
+one-shot commands the small :mod:`rsched.resp` client (no redis-py import)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+import os
+from typing import TYPE_CHECKING, Any
 
 from rsched.config import Settings
 from rsched.errors import RedisUnavailable
 from rsched.scripts import map_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    import redis
 
 
 def connect(
@@ -21,6 +22,10 @@ def connect(
     With ``check`` it PINGs once, so an unreachable server or a refused password
     surfaces here as :class:`RedisUnavailable` (exit 69) within the connect timeout.
     """
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     kwargs: dict[str, Any] = dict(
         decode_responses=True,
         socket_connect_timeout=settings.connect_timeout_s,
@@ -53,6 +58,40 @@ def connect(
             err = map_error(exc)
             where = settings.safe_url
             raise RedisUnavailable(f"cannot use Redis at {where}: {_short(err)}") from None
+    return client
+
+
+def connect_oneshot(settings: Settings) -> Any:
+    """A client for a command that does a few round trips and exits (``rsched add``).
+
+    For plain ``redis://`` and ``unix://`` URLs it is :class:`rsched.resp.LiteRedis`,
+    which starts without importing redis-py; anything else (TLS, URL options), or
+    ``RSCHED_REDIS_PY=1`` in the environment, gets :func:`connect`. Either way an
+    unreachable server or a refused password raises :class:`RedisUnavailable` here.
+    """
+    from rsched.resp import LiteRedis, parse_url
+
+    opts = None if os.environ.get("RSCHED_REDIS_PY") == "1" else parse_url(settings.redis_url)
+    if opts is None:
+        return connect(settings)
+    # As redis-py's from_url: what the URL says wins over the other settings.
+    client = LiteRedis(
+        host=opts.get("host"),
+        port=opts.get("port", 6379),
+        path=opts.get("path"),
+        db=opts["db"],
+        username=opts["username"] or settings.username,
+        password=opts["password"] or settings.password,
+        connect_timeout=settings.connect_timeout_s,
+        socket_timeout=settings.socket_timeout_s,
+    )
+    try:
+        client.connect()
+    except Exception as exc:
+        err = map_error(exc)
+        if err is exc:
+            raise
+        raise RedisUnavailable(f"cannot use Redis at {settings.safe_url}: {_short(err)}") from None
     return client
 
 

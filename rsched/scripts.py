@@ -12,13 +12,15 @@ reply into :class:`~rsched.errors.WrongKeyType`.
 from __future__ import annotations
 
 import re
+import sys
 from functools import cache
 from importlib import resources
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from rsched import errors
+
+if TYPE_CHECKING:  # pragma: no cover
+    import redis
 
 _INCLUDE = re.compile(r"^--@include (\S+)\s*$", re.M)
 
@@ -29,6 +31,16 @@ _ERROR_KINDS: dict[str, type[errors.RschedError]] = {
     "RSCHED_BADINPUT": errors.RschedError,  # replaced below with BadInput(field, msg)
     "RSCHED_LOCKED": errors.LockHeld,
 }
+
+#: Error replies that mean the password (or user) was refused (as redis-py classifies them).
+_AUTH_REPLIES = (
+    "NOAUTH",
+    "WRONGPASS",
+    "ERR AUTH",
+    "ERR Client sent AUTH",
+    "ERR invalid password",
+    "ERR invalid username-password",
+)
 
 
 def _read(name: str) -> str:
@@ -46,37 +58,54 @@ def nkeys(name: str) -> int:
     return int(name.rsplit("-", 1)[1])
 
 
+def _map_reply(msg: str, exc: Exception) -> Exception:
+    if "WRONGTYPE" in msg:
+        return errors.WrongKeyType(
+            "a key in rsched's namespace holds another type of data "
+            "(the namespace collides with something else; choose another --namespace)"
+        )
+    if msg.startswith("NOPERM") or "NOPERM" in msg[:40]:
+        return errors.ConfigError(f"the Redis user lacks a permission rsched needs: {msg}")
+    for prefix, cls in _ERROR_KINDS.items():
+        if msg.startswith(prefix):
+            text = msg[len(prefix) :].strip()
+            if prefix == "RSCHED_BADINPUT":
+                field, _, rest = text.partition(" ")
+                return errors.BadInput(field, rest)
+            return cls(text)
+    return exc
+
+
 def map_error(exc: Exception) -> Exception:
-    """Translate a redis-py exception into an rsched exception (or return it unchanged)."""
+    """Translate a redis-py (or :mod:`rsched.resp`) exception into an rsched
+    exception, or return it unchanged. Never imports redis-py itself."""
     if isinstance(exc, errors.RschedError):
         return exc
-    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
-        return errors.RedisUnavailable(f"Redis refused authentication: {exc}")
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+    from rsched.resp import RespConnectionError, RespError
+
+    if isinstance(exc, RespConnectionError):
         return errors.RedisUnavailable(f"Redis unreachable: {exc}")
-    if isinstance(exc, redis.ResponseError):
+    if isinstance(exc, RespError):
         msg = str(exc)
-        if "WRONGTYPE" in msg:
-            return errors.WrongKeyType(
-                "a key in rsched's namespace holds another type of data "
-                "(the namespace collides with something else; choose another --namespace)"
-            )
-        if msg.startswith("NOPERM") or "NOPERM" in msg[:40]:
-            return errors.ConfigError(f"the Redis user lacks a permission rsched needs: {msg}")
-        for prefix, cls in _ERROR_KINDS.items():
-            if msg.startswith(prefix):
-                text = msg[len(prefix) :].strip()
-                if prefix == "RSCHED_BADINPUT":
-                    field, _, rest = text.partition(" ")
-                    return errors.BadInput(field, rest)
-                return cls(text)
+        if msg.startswith(_AUTH_REPLIES):
+            return errors.RedisUnavailable(f"Redis refused authentication: {msg}")
+        return _map_reply(msg, exc)
+    rp = sys.modules.get("redis")
+    if rp is None:  # not imported: exc cannot be one of its exceptions
+        return exc
+    if isinstance(exc, rp.AuthenticationError | rp.exceptions.AuthorizationError):
+        return errors.RedisUnavailable(f"Redis refused authentication: {exc}")
+    if isinstance(exc, rp.ConnectionError | rp.TimeoutError):
+        return errors.RedisUnavailable(f"Redis unreachable: {exc}")
+    if isinstance(exc, rp.ResponseError):
+        return _map_reply(str(exc), exc)
     return exc
 
 
 class Scripts:
     """The Lua operations of one connection, called by name."""
 
-    def __init__(self, client: redis.Redis):
+    def __init__(self, client: redis.Redis | Any):
         self._client = client
         self._scripts: dict[str, Any] = {}
 
@@ -94,5 +123,8 @@ class Scripts:
         script = self._get(name)
         try:
             return script(keys=keys, args=args, client=client or self._client)
-        except redis.RedisError as exc:
-            raise map_error(exc) from exc
+        except Exception as exc:
+            mapped = map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc

@@ -146,7 +146,7 @@ def add(
         fields={"payload": field},
     )
     tasks.make_spec(task_type, task_id, **spec_kw)  # validate everything before connecting
-    rs = app.rs
+    rs = _oneshot(app)
     res = tasks.add(rs, task_type, task_id, if_exists=if_exists, **spec_kw)
     now = rs.now_ms()
     if res.status == "kept" and app.fmt != "json":
@@ -154,6 +154,16 @@ def add(
             f"task {task_type} {task_id} already exists in queue {queue}; kept it (--if-exists replace to reschedule)"
         )
     _task_record(app, res.task, now, {"status": res.status})
+
+
+def _oneshot(app: App) -> Any:
+    """A connection for one add: the small client of rsched.resp where it can serve
+    (redis-py's import alone would double the command's start-up time)."""
+    from rsched.client import Rsched
+    from rsched.conn import connect_oneshot
+
+    s = app.settings
+    return Rsched(connect_oneshot(s), s.namespace, settings=s)
 
 
 def _add_from(app: App, fh: IO[bytes], if_exists: str) -> None:
