@@ -45,12 +45,15 @@ from tests.support import Cli, RedisServer, wait_for
 #: Every Redis command rsched issues (directly or from its Lua scripts) for add, cancel,
 #: list, show, queues, requeue-stale, dead/retry/purge, run consumer, run cron, exec,
 #: locks, crons, history and metrics. Found by running those against a server under
-#: MONITOR; ``doctor`` additionally reads ``INFO``/``CONFIG GET`` and says "could not
-#: verify" when they are refused. No pub/sub, no KEYS, nothing outside the namespace.
+#: MONITOR, and from the Lua sources; ``doctor`` additionally reads ``INFO``/``CONFIG
+#: GET`` and says "could not verify" when they are refused. No pub/sub, no KEYS, no
+#: FLUSH*, no CONFIG, nothing outside the namespace (a script's keys are checked too).
 ACL_COMMANDS = (
     "ping",
     "time",
+    "select",  # only with a database other than 0 in the URL
     "evalsha",
+    "eval",  # one-shot commands (rsched add) send the script itself
     "script|load",
     "script|exists",
     "multi",
@@ -954,14 +957,22 @@ def _acl_cli(own_server: RedisServer, namespace: str, tmp_path: Path) -> tuple[C
     "raises NoPermissionError with that prefix stripped, so a refused key is an internal "
     "error (exit 1) instead of a configuration error (exit 78)",
 )
-def test_acl_user_outside_its_namespace_gets_exit_78(
+def test_acl_user_outside_its_namespace_is_a_configuration_error_exit_78(
     own_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
     cli, _ = _acl_cli(own_server, namespace, tmp_path)
     try:
-        res = cli("--namespace", "other", "add", "t.acl", "x1")
-        assert res.returncode == 78 and "permission" in res.stderr, res
-        assert "internal error" not in res.stderr
+        for args in (
+            ["add", "t.acl", "x1"],
+            ["add", "--from", "-"],
+            ["list"],
+            ["requeue-stale", "--queue", "default"],
+            ["run", "consumer", "--handler", "t.acl=true", "--burst"],
+            ["exec", "--lock", "x", "--", "true"],
+        ):
+            res = cli("--namespace", "other", *args, input=jsonl("t.acl", ["x2"]))
+            assert res.returncode == 78 and "permission" in res.stderr, (args, res)
+            assert "internal error" not in res.stderr
     finally:
         cli.close()
 
@@ -990,13 +1001,21 @@ def test_least_privilege_acl_user_runs_everything_and_is_refused_the_rest(
             lambda: user_client.get("other:key"),
             lambda: user_client.keys("*"),
             lambda: user_client.execute_command("SCRIPT", "FLUSH"),
-            lambda: user_client.eval("return 1", 0),
             lambda: user_client.acl_setuser("rsched-more", enabled=True),
             lambda: user_client.execute_command("MODULE", "LIST"),
             lambda: user_client.shutdown(),
         ):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 refused()
+        # EVAL is allowed, but a script is held to the same keys
+        with pytest.raises(
+            redis.exceptions.ResponseError, match="permission|NOPERM|access|can.t run"
+        ):
+            user_client.eval("return redis.call('GET', KEYS[1])", 1, "other:key")
+        with pytest.raises(
+            redis.exceptions.ResponseError, match="permission|NOPERM|access|can.t run"
+        ):
+            user_client.eval("return redis.call('FLUSHALL')", 0)
         # ...and everything rsched does works with it
         cli("add", "t.acl", "a1", check=0)
         cli("add", "--from", "-", input=jsonl("t.acl", ["a2", "a3"]), check=0)
