@@ -674,3 +674,22 @@ def test_systemd_notify_ready_watchdog_stopping(cli: Cli, tmp_path: Path) -> Non
     finally:
         s.close()
         os.unlink(path)
+
+
+def test_run_lock_listed_and_unlock_stops_the_job(cli: Cli, tmp_path: Path) -> None:
+    log = tmp_path / "fires"
+    p = spawn_runner(cli, tmp_path, "held", EVERY_SECOND, job(log, "exec sleep 60"), "--ttl", "5s")
+    try:
+        first = wait_for(lambda: lines(log), timeout=10, what="running")[0]
+        rows = wait_for(lambda: [r for r in cli.json("locks") if r["name"] == "held"], timeout=5)
+        assert rows[0]["kind"] == "cron" and rows[0]["token"] == int(first[1])
+        assert rows[0]["pid"] == int(first[2]) and rows[0]["fire_at"] == first[0]
+        assert cli("unlock", "held", "--token", str(int(first[1]) + 1)).returncode == 4
+        cli("unlock", "held", "--token", first[1], check=0)
+        rec = wait_for(
+            lambda: [r for r in history(cli, "held") if r["result"] == "lost"], timeout=10
+        )
+        assert rec[0]["token"] == int(first[1]) and "lock lost" in rec[0]["error"]
+        assert stop_all([p]) == [0]
+    finally:
+        kill_pids([f[5] for f in lines(log)])
