@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -208,18 +209,51 @@ def test_empty_namespace_renders(rs: Rsched) -> None:
 
 
 # --- the live view in a real pseudo-terminal ----------------------------------------------
+_BOOT = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.executable, sys.argv[1:])"
+)
+# A minimal job-control shell: runs the command as a foreground job in its own
+# process group; when it stops, prints "[stopped]" and takes the terminal back;
+# on SIGUSR1 gives it back and continues the job (`fg`).
+_JOB_SHELL = """
+import fcntl, os, signal, sys, termios
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+pid = os.fork()
+if pid == 0:
+    os.setpgid(0, 0)
+    os.tcsetpgrp(0, os.getpid())
+    signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    os.execv(sys.executable, sys.argv[1:])
+try:
+    os.setpgid(pid, pid)
+except OSError:
+    pass
+while True:
+    _, status = os.waitpid(pid, os.WUNTRACED)
+    if os.WIFSTOPPED(status):
+        os.tcsetpgrp(0, os.getpgrp())
+        os.write(1, b"[stopped]")
+        signal.sigwait({signal.SIGUSR1})
+        os.tcsetpgrp(0, pid)
+        os.kill(pid, signal.SIGCONT)
+    else:
+        sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 class Pty:
     """`rsched top` on a pseudo-terminal that is its controlling terminal (so
     Ctrl-C arrives as SIGINT), 80x24; everything it writes is collected."""
 
-    def __init__(self, env: dict[str, str], *args: str):
+    def __init__(self, env: dict[str, str], *args: str, shell: bool = False):
         self.master, self.slave = pty.openpty()
         fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.before = termios.tcgetattr(self.slave)
-        boot = (
-            "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
-            "os.execv(sys.executable, sys.argv[1:])"
-        )
+        boot = _JOB_SHELL if shell else _BOOT
         self.proc = subprocess.Popen(
             [sys.executable, "-c", boot, *RSCHED, "top", *args],
             stdin=self.slave,
@@ -268,8 +302,8 @@ class Pty:
 
 
 @contextmanager
-def live_top(env: dict[str, str], *args: str) -> Iterator[Pty]:
-    p = Pty(env, *args)
+def live_top(env: dict[str, str], *args: str, shell: bool = False) -> Iterator[Pty]:
+    p = Pty(env, *args, shell=shell)
     try:
         yield p
     finally:
@@ -298,6 +332,24 @@ def test_live_view_draws_and_quits(
             p.send(key)
         assert p.proc.wait(10) == 0
         wait_for(lambda: "\x1b[?1049l" in p.text, what="leaving the alternate screen")
+        _assert_restored(p)
+
+
+def test_ctrl_z_gives_the_terminal_back_and_fg_redraws(
+    cli: Cli, rs: Rsched, scene: dict[str, int]
+) -> None:
+    with live_top(cli.env(), shell=True) as p:
+        wait_for(lambda: "orders" in p.last_frame(), what="the first frame")
+        p.send(b"\x1a")
+        wait_for(lambda: "[stopped]" in p.text, what="the job to stop")
+        _assert_restored(p)  # while stopped the shell has its own terminal back
+        drawn = p.text.count("\x1b[?1049h")
+        p.proc.send_signal(signal.SIGUSR1)  # fg
+        wait_for(lambda: p.text.count("\x1b[?1049h") > drawn, what="the screen taken again")
+        wait_for(lambda: "orders" in p.text.rsplit("[stopped]", 1)[1], what="a redraw")
+        assert termios.tcgetattr(p.slave)[3] & termios.ICANON == 0  # cbreak again
+        p.send(b"q")
+        assert p.proc.wait(10) == 0
         _assert_restored(p)
 
 

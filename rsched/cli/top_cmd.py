@@ -128,54 +128,86 @@ def _live(rs: Rsched, first: Snapshot, interval_ms: int, title: str, console: Co
     os.set_blocking(r_poke, False)
     os.set_blocking(w_poke, False)
     collector = _Collector(rs, first, interval_ms, w_poke)
+    suspend = threading.Event()
+    hung_up = threading.Event()
 
-    def on_winch(_signum: int, _frame: Any) -> None:
+    def poke(_signum: int, _frame: Any) -> None:
         try:
             os.write(w_poke, b"w")
         except OSError:
             pass
 
-    def on_quit(_signum: int, _frame: Any) -> None:
+    def on_tstp(signum: int, frame: Any) -> None:
+        suspend.set()  # Ctrl-Z: the loop gives the terminal back, then stops
+        poke(signum, frame)
+
+    def on_quit(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            hung_up.set()
         raise _Quit()
 
     keys: int | None = sys.stdin.fileno() if sys.stdin.isatty() else None
     saved = termios.tcgetattr(keys) if keys is not None else None
+
+    def restore() -> None:
+        if saved is not None:
+            try:
+                termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
+            except (termios.error, OSError):  # the terminal is gone
+                pass
+
     old_handlers = {
         s: signal.signal(s, h)
         for s, h in (
-            (signal.SIGWINCH, on_winch),
+            (signal.SIGWINCH, poke),
+            (signal.SIGTSTP, on_tstp),
             (signal.SIGTERM, on_quit),
             (signal.SIGHUP, on_quit),
         )
     }
+    live = Live(console=console, screen=True, auto_refresh=False, transient=True)
     try:
         if keys is not None:
             tty.setcbreak(keys, termios.TCSANOW)
         collector.start()
         tick_s = min(1.0, interval_ms / 1000)
-        with Live(console=console, screen=True, auto_refresh=False, transient=True) as live:
-            while True:
-                live.update(_frame(collector.view(), console, title, interval_ms), refresh=True)
-                fds = [r_poke] + ([keys] if keys is not None else [])
-                ready, _, _ = select.select(fds, [], [], tick_s)
-                if keys is not None and keys in ready:
-                    data = os.read(keys, 64)
-                    if not data:  # the terminal went away
-                        keys = None
-                    elif b"q" in data or b"Q" in data:
-                        return
-                if r_poke in ready:
-                    try:
-                        while os.read(r_poke, 512):
-                            pass
-                    except BlockingIOError:
+        live.start()
+        while True:
+            if suspend.is_set():
+                live.stop()
+                restore()
+                signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until `fg`
+                signal.signal(signal.SIGTSTP, on_tstp)
+                suspend.clear()
+                if keys is not None:
+                    tty.setcbreak(keys, termios.TCSANOW)
+                live.start()
+            live.update(_frame(collector.view(), console, title, interval_ms), refresh=True)
+            fds = [r_poke] + ([keys] if keys is not None else [])
+            ready, _, _ = select.select(fds, [], [], tick_s)
+            if keys is not None and keys in ready:
+                data = os.read(keys, 64)
+                if not data:  # the terminal went away
+                    keys = None
+                elif b"q" in data or b"Q" in data:
+                    return
+            if r_poke in ready:
+                try:
+                    while os.read(r_poke, 512):
                         pass
+                except BlockingIOError:
+                    pass
     except (KeyboardInterrupt, _Quit):
         return
     finally:
         collector.stop.set()
-        if saved is not None:
-            termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
+        try:
+            live.stop()  # leaves the alternate screen, shows the cursor
+        except OSError:
+            if not hung_up.is_set():
+                raise
+        restore()
         for s, h in old_handlers.items():
             signal.signal(s, h)
         if collector.ident is not None:
