@@ -5,7 +5,7 @@
 _rsched_subcommands() {
   case "$1" in
     'rsched') echo 'add bench cancel crons dead demo doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show top unlock' ;;
-    'rsched run') echo 'consumer cron' ;;
+    'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
 }
@@ -34,6 +34,7 @@ _rsched_options() {
     'rsched run') echo '--help' ;;
     'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --burst --help' ;;
     'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --help' ;;
+    'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
     'rsched server status') echo '--dir --format --json --help' ;;
@@ -67,6 +68,7 @@ _rsched_value_options() {
     'rsched retry') echo '--queue --format' ;;
     'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace' ;;
     'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost' ;;
+    'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server start') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server status') echo '--dir --format' ;;

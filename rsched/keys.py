@@ -207,3 +207,36 @@ class Keys:
         # "{ns}:{l:NAME}:lock"
         start = len(self.ns) + 4
         return key[start : -len("}:lock")]
+
+
+@dataclass(frozen=True)
+class ExpiredKeys:
+    """Keys of keyspace-notification triggers (``rsched run expired``,
+    :func:`rsched.expired.arm`). The trigger keys themselves are the user's
+    (any name, outside the namespace); these live in the namespace, in the
+    trigger keys' database:
+
+        {ns}:{x}:armed         ZSET  trigger key name -> expiry (ms): the backup-sweep set
+        {ns}:{x}:values        HASH  trigger key name -> value given to arm() (handler stdin)
+        {ns}:{x}:claim:KEY     STRING claim of KEY's latest firing, PX the claim window
+
+    On Redis Cluster a script touches the trigger key and these together, so
+    they would have to share its slot (per-slot sets); single Redis only for now.
+    """
+
+    prefix: str
+
+    @classmethod
+    def for_namespace(cls, namespace: str) -> ExpiredKeys:
+        return cls(f"{namespace}:{{x}}")
+
+    @property
+    def armed(self) -> str:
+        return f"{self.prefix}:armed"
+
+    @property
+    def values(self) -> str:
+        return f"{self.prefix}:values"
+
+    def claim(self, key: str) -> str:
+        return f"{self.prefix}:claim:{key}"

@@ -9,6 +9,7 @@ from rsched.cli.main import LazyGroup
 RUN_COMMANDS = {
     "consumer": "rsched.cli.consumer_cmd:consumer",
     "cron": "rsched.cli.cron_cmds:run_cron",
+    "expired": "rsched.cli.expired_cmd:expired",
 }
 
 

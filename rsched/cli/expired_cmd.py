@@ -1,0 +1,142 @@
+"""`rsched run expired`: parse and validate, then hand over to rsched.expired."""
+
+from __future__ import annotations
+
+import shutil
+
+import click
+
+from rsched.cli.main import App, pass_app
+from rsched.errors import BadInput
+
+
+@click.command("expired")
+@click.option(
+    "--pattern",
+    metavar="GLOB",
+    help="Key names to fire for, a Redis glob (* ? [abc] [^a] \\x), like 'order:timeout:*'.",
+)
+@click.option(
+    "--handler",
+    metavar="CMD",
+    help="Command to run per expired key (or give it after --). Split like a shell would, "
+    "never run by one; the key's name is appended and in RSCHED_KEY.",
+)
+@click.option(
+    "--db",
+    metavar="N",
+    help="Database whose expiries to watch [default: the one in --redis-url]. The claim and "
+    "sweep keys live there too.",
+)
+@click.option(
+    "--backup-sweep",
+    is_flag=True,
+    help="Also fire keys armed with rsched.expired.arm() whose expiry event never came "
+    "(subscriber down, disconnected, Redis late to expire them).",
+)
+@click.option("--concurrency", metavar="N", help="Handlers running at once [default 1].")
+@click.option("--timeout", metavar="DUR", help="Kill a handler's process group after DUR.")
+@click.option(
+    "--claim-window",
+    metavar="DUR",
+    help="Lifetime of the claim that makes one subscriber fire a key that was not armed; "
+    "a second expiry of that key within it is taken for a duplicate [default 10s].",
+)
+@click.option(
+    "--set-notify",
+    is_flag=True,
+    help="Turn on expiry events when they are off: CHANGES THE SERVER'S CONFIG "
+    "(CONFIG SET notify-keyspace-events, merged with the flags already set; not persisted).",
+)
+@click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
+@pass_app
+def expired(
+    app: App,
+    pattern: str | None,
+    handler: str | None,
+    db: str | None,
+    backup_sweep: bool,
+    concurrency: str | None,
+    timeout: str | None,
+    claim_window: str | None,
+    set_notify: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run a command when a key matching a pattern expires (Redis keyspace
+    notifications), once across every subscriber of the same pattern.
+
+    \b
+      rsched run expired --pattern 'order:timeout:*' -- ./close-order
+      rsched run expired --pattern 'order:timeout:*' --backup-sweep --handler ./close-order
+
+    \b
+    The sorted-set queue (rsched add --in 30m + rsched run consumer) is the
+    reliable way to run something later. Keyspace events are fire-and-forget:
+    an expiry while no subscriber is connected is lost, Redis publishes it
+    when it actually deletes the key (on access or by its background cycle:
+    usually within ~100ms, possibly later), and a handler that fails or whose
+    subscriber dies after the claim is not run again.
+
+    The server must publish expiry events: notify-keyspace-events must contain
+    E and x (CONFIG SET notify-keyspace-events Ex); otherwise this exits 78
+    (--set-notify sets it). Each expiry is claimed in Redis before its handler
+    runs, so several subscribers run it once; a key that was not armed is
+    claimed for --claim-window.
+
+    --backup-sweep: keys set with the library call rsched.expired.arm(rs, key,
+    ttl_ms, value=...) (the key with PX plus a sorted-set entry, in one Lua
+    call) are also fired when their key is gone but no event was handled; each
+    arming fires once, by the event or by the sweep. Cancel them with
+    rsched.expired.disarm(), not DEL.
+
+    The handler gets the key's name as its last argument and in RSCHED_KEY,
+    plus RSCHED_PATTERN, RSCHED_DB, RSCHED_FIRED_BY (event|sweep),
+    RSCHED_FIRED_AT and, for armed keys, RSCHED_EXPIRE_AT and arm()'s value on
+    stdin. SIGTERM/SIGINT stop listening and give running handlers 30s.
+    """
+    from rsched.consumer import _ms, _positive_int
+    from rsched.expired import DEFAULT_CLAIM_WINDOW_MS, ExpiredRunner, check_pattern
+    from rsched.proc import split_command
+
+    if not pattern:
+        raise BadInput("--pattern", "is required, like --pattern 'order:timeout:*'")
+    check_pattern(pattern)
+    if handler and command:
+        raise BadInput("--handler", "give the command once: either --handler CMD or -- CMD")
+    if not handler and not command:
+        raise BadInput(
+            "--handler",
+            "give the command to run, like --handler ./close-order or -- ./close-order",
+        )
+    argv = split_command(handler if handler else list(command), "--handler")
+    if shutil.which(argv[0]) is None:
+        raise BadInput("--handler", f"{argv[0]!r} is not an executable file here or on PATH")
+    db_n: int | None = None
+    if db is not None:
+        try:
+            db_n = int(db)
+        except ValueError:
+            db_n = -1
+        if db_n < 0:
+            raise BadInput("--db", f"{db!r} is not a database number (0 or more)")
+    conc = _positive_int(concurrency, "--concurrency", 1024) if concurrency is not None else 1
+    timeout_ms = _ms(timeout, "--timeout") if timeout is not None else None
+    window_ms = _ms(claim_window, "--claim-window") if claim_window else DEFAULT_CLAIM_WINDOW_MS
+    if window_ms < 100:
+        raise BadInput("--claim-window", f"{claim_window!r} is too short; give at least 100ms")
+    # Everything is checked; only now touch Redis.
+    runner = ExpiredRunner(
+        app.rs,
+        pattern,
+        argv,
+        db=db_n,
+        backup_sweep=backup_sweep,
+        concurrency=conc,
+        timeout_ms=timeout_ms,
+        claim_window_ms=window_ms,
+        set_notify=set_notify,
+        verbose=app.verbose,
+        quiet=app.quiet,
+        log=lambda line: click.echo(line, err=True),
+    )
+    runner.run()
