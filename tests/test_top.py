@@ -32,6 +32,7 @@ from rsched.top import LOCK_SCAN_EVERY_MS, collect, render
 from tests.support import RSCHED, Cli, RedisServer, free_port, rsched_env, wait_for
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3|4|9|10)[0-9][;m]")
 
 
 @pytest.fixture
@@ -323,6 +324,7 @@ def test_live_view_draws_and_quits(
     with live_top(cli.env(), "--interval", "200ms") as p:
         wait_for(lambda: "orders" in p.text and "backup" in p.text, what="the first frame")
         assert "\x1b[?1049h" in p.text  # alternate screen: the shell's screen comes back after
+        assert not _COLOUR.search(p.text)  # NO_COLOR (bold and dim stay)
         # It keeps refreshing: a new task shows up without a key press.
         rs.add("order.close", "fresh", queue="orders")
         wait_for(lambda: _due(p.last_frame()) == "3", what="the new due count")
@@ -354,8 +356,10 @@ def test_ctrl_z_gives_the_terminal_back_and_fg_redraws(
 
 
 def test_live_view_follows_a_resize(cli: Cli, rs: Rsched, scene: dict[str, int]) -> None:
-    with live_top(cli.env(), "--interval", "5s") as p:
+    env = {k: v for k, v in cli.env().items() if k != "NO_COLOR"}
+    with live_top(env, "--interval", "5s") as p:
         wait_for(lambda: "orders" in p.last_frame(), what="the first frame")
+        assert "\x1b[32m" in p.text  # colour without NO_COLOR: the ok run is green
         assert max(len(ln) for ln in p.last_frame().splitlines()) > 50
         p.resize(16, 50)  # SIGWINCH (at the latest the 1s redraw) picks up the new size
 
