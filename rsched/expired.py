@@ -37,6 +37,10 @@ What this module adds:
   expiry + grace, at most every 5 s, at least 200 ms apart, and right after
   each (re)subscription. Cancel an armed trigger with :func:`disarm`: a plain
   ``DEL`` looks to the sweep like an expiry whose event was lost.
+* **Once per namespace, not per pattern.** The claim is per key name in the
+  namespace: subscribers whose patterns overlap share each key, whichever
+  claims first runs it. Give different handlers of the same keys different
+  ``--namespace`` values (and arm with the one whose sweep should fire them).
 * **After the claim it is at most once.** A subscriber killed after claiming
   and before its handler finished does not run it again; nothing retries a
   failed handler. Work that must happen belongs in the queue.
@@ -821,8 +825,14 @@ class ExpiredRunner:
         elif status in ("dup", "stale"):
             self.stats.duplicates += 1
             self._log("debug", f"skip {key!r}: {status}")
-        elif status in ("extended", "persistent"):
-            self._log("debug", f"sweep: {key!r} still exists ({status})")
+        elif status == "extended":
+            self._log("debug", f"sweep: {key!r} still exists; its entry follows its new TTL")
+        elif status == "persistent":
+            self._log(
+                "info",
+                f"sweep: {key!r} was armed but now exists without a TTL (overwritten without PX?); "
+                "it will never expire: dropped from the sweep",
+            )
 
     # ------------------------------------------------------------------ the backup sweep
 

@@ -428,3 +428,82 @@ def test_reconnects_after_a_redis_restart_and_fires_what_expired_meanwhile_once(
     finally:
         c.close()
         s.stop()
+
+
+def test_key_name_that_is_not_utf8_reaches_the_handler_byte_for_byte(
+    kcli: Cli, ks_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    out = tmp_path / "raw.out"
+    h = tmp_path / "raw.sh"
+    h.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > '{out}'\n")
+    h.chmod(0o755)
+    p, err = start(kcli, tmp_path, "--pattern", f"{namespace}:*", "--", str(h))
+    subscribed(ks_server, 1)
+    key = namespace.encode() + b":\xff\xfe bin\x01"
+    ks_server.client().set(key, "x", px=50)
+    wait_for(out.exists, timeout=10, what="the handler to run")
+    stop(p, err)
+    assert out.read_bytes() == key
+
+
+def test_concurrency_runs_handlers_side_by_side(
+    kcli: Cli, ks_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    started = tmp_path / "started"
+    started.mkdir()
+    gate = tmp_path / "gate"
+    h, out = handler(
+        tmp_path,
+        extra=f"touch '{started}'/\"$RSCHED_KEY\"; while [ ! -e '{gate}' ]; do sleep 0.05; done",
+    )
+    p, err = start(
+        kcli, tmp_path, "--pattern", f"{namespace}:c:*", "--concurrency", "3", "--", str(h)
+    )
+    subscribed(ks_server, 1)
+    r = ks_server.client()
+    for i in range(3):
+        r.set(f"{namespace}:c:{i}", "x", px=50)
+    # All three run at once (none can finish before the gate opens).
+    wait_for(lambda: len(list(started.iterdir())) == 3, timeout=10, what="3 handlers at once")
+    gate.touch()
+    wait_for(lambda: len(runs(out)) == 3, timeout=10)
+    assert "3 ok" in stop(p, err)
+
+
+def test_systemd_notify_ready_watchdog_stopping(
+    kcli: Cli, ks_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    import os
+    import socket
+
+    path = f"/tmp/rsched-expired-notify-{os.getpid()}-{tmp_path.name[-12:]}.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(15)
+    try:
+        h, _ = handler(tmp_path)
+        err_path = tmp_path / "sd.err"
+        with open(err_path, "w") as fh:
+            p = kcli.spawn(
+                "run",
+                "expired",
+                "--pattern",
+                f"{namespace}:*",
+                "--",
+                str(h),
+                env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"},
+                stdout=subprocess.DEVNULL,
+                stderr=fh,
+            )
+        seen: list[str] = []
+        while "WATCHDOG=1" not in seen or "READY=1" not in seen:
+            seen += s.recv(4096).decode().split("\n")
+        # READY only once subscribed: nothing that expires afterwards is missed
+        assert any(line.startswith("STATUS=watching __keyevent@0__:expired") for line in seen)
+        p.send_signal(signal.SIGTERM)
+        while "STOPPING=1" not in seen:
+            seen += s.recv(4096).decode().split("\n")
+        assert p.wait(15) == 0
+    finally:
+        s.close()
+        os.unlink(path)

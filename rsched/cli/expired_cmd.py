@@ -81,7 +81,9 @@ def expired(
     E and x (CONFIG SET notify-keyspace-events Ex); otherwise this exits 78
     (--set-notify sets it). Each expiry is claimed in Redis before its handler
     runs, so several subscribers run it once; a key that was not armed is
-    claimed for --claim-window.
+    claimed for --claim-window. The claim is per key in the namespace:
+    subscribers with overlapping patterns share keys (give different handlers
+    of the same keys different --namespace values).
 
     --backup-sweep: keys set with the library call rsched.expired.arm(rs, key,
     ttl_ms, value=...) (the key with PX plus a sorted-set entry, in one Lua
