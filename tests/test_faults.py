@@ -147,6 +147,16 @@ def run(task):
 """
 
 
+SLOW_CALL = """
+
+def slow(task):
+    run(task)
+    import time
+
+    time.sleep(0.003)
+"""
+
+
 @dataclass
 class Run:
     id: str
@@ -294,6 +304,7 @@ def fresh(server: RedisServer, namespace: str) -> Rsched:
 @dataclass
 class Chaos:
     kills: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, server ms, held)
+    leases: list[dict[str, float]] = field(default_factory=list)  # lease expiries after each
     started: int = 0
 
 
@@ -305,21 +316,33 @@ def _chaos_drain(
     max_s: float,
     seed: int | None = None,
     queue: str = "default",
+    kind: str = "command",
 ) -> None:
-    """4 consumers drain ``n`` tasks; every 0.5-1 s one of them is kill -9'd and replaced."""
+    """4 consumers drain ``n`` tasks; every 0.5-1 s one of them is kill -9'd and replaced.
+
+    ``kind``: command handlers (a consumer holds at most ``--concurrency`` tasks) or
+    Python callables (batches: a consumer holds up to PY_HELD_MAX claimed tasks)."""
     seed = seed if seed is not None else int(SEED or random.randrange(1 << 30))
     rng = random.Random(seed)
     print(f"\nchaos seed {seed} (RSCHED_FAULTS_SEED={seed} replays the schedule)")
     tmp_path = tmp_path / queue
     tmp_path.mkdir()
     log = tmp_path / "exec.log"
-    h = script(tmp_path, "h.sh", EXEC_HANDLER)
     env = {"EXEC_LOG": str(log)}
-    procs = Procs(cli, tmp_path)
     lease_ms = 2000
     conc = 2
-    args = ("--queue", queue, "--handler", f"t.chaos={h}", "--concurrency", str(conc),
-            "--lease", f"{lease_ms}ms")  # fmt: skip
+    if kind == "command":
+        handler = ("--handler", f"t.chaos={script(tmp_path, 'h.sh', EXEC_HANDLER)}")
+        max_held = conc
+    else:  # 3 ms a task, so that the drain lasts long enough for several kills
+        assert cli.cwd is not None  # consumers import handlers from their working directory
+        (Path(cli.cwd) / "frec.py").write_text(textwrap.dedent(EXEC_MODULE) + SLOW_CALL)
+        handler = ("--call", "t.chaos=frec:slow")
+        from rsched.consumer import PY_HELD_MAX
+
+        max_held = PY_HELD_MAX
+    procs = Procs(cli, tmp_path)
+    args = ("--queue", queue, *handler, "--concurrency", str(conc), "--lease", f"{lease_ms}ms")
     q = rs.keys.queue(queue)
     r = rs.redis
     live = [procs.consumer(*args, env=env)[0] for _ in range(4)]
@@ -340,6 +363,7 @@ def _chaos_drain(
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
         chaos.kills.append((victim.pid, rs.now_ms(), held))
+        chaos.leases.append(dict(r.zrange(q.proc, 0, -1, withscores=True)))
         killed.add(victim.pid)
         live.append(procs.consumer(*args, env=env)[0])
         chaos.started += 1
@@ -373,7 +397,7 @@ def _chaos_drain(
         f"stderr: {procs.errors()}"
     )
     in_flight = len(lost)
-    assert in_flight <= conc * len(chaos.kills)  # a command consumer holds <= concurrency
+    assert in_flight <= max_held * len(chaos.kills)
     # A task ran more than once only because it was in flight at a kill.
     dups = len(all_runs) - n
     for tid, rr in by_id.items():
@@ -394,8 +418,16 @@ def _chaos_drain(
         if x["token"] in token_pid and token_pid[x["token"]] in kill_ms
     ]
     assert all(t > 0 for t in takeover), takeover
+    # ...and never before the lease it had when its consumer died expired.
+    for x in lost:
+        m = f"t.chaos {x['id']}"
+        seen = [lz[m] for (_, ms, _), lz in zip(chaos.kills, chaos.leases, strict=True)
+                if ms <= x["finished_ms"] and m in lz]  # fmt: skip
+        assert seen, f"reaped, but no consumer holding it was killed: {x}"
+        assert x["finished_ms"] >= seen[-1], f"reaped before its lease expired: {x}"
     figure(
         "consumer_kill9_chaos",
+        handlers=kind,
         queue=queue,
         tasks=n,
         consumers=4,
@@ -415,11 +447,19 @@ def test_kill9_chaos_four_consumers_lose_nothing(cli: Cli, rs: Rsched, tmp_path:
     _chaos_drain(cli, rs, tmp_path, 3000, max_s=120)
 
 
+def test_kill9_chaos_python_callables_in_batches_lose_nothing(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    _chaos_drain(cli, rs, tmp_path, 5000, max_s=120, kind="python")
+
+
 @pytest.mark.slow
 def test_kill9_chaos_soak(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
-    """Five rounds of 8,000 tasks (a queue each: the history stream keeps 10,000 records)."""
-    for i in range(5):
-        _chaos_drain(cli, rs, tmp_path, 8000, max_s=600, queue=f"soak{i}")
+    """Six rounds of 8,000 tasks, command and Python handlers in turn (a queue each: the
+    history stream keeps 10,000 records)."""
+    for i in range(6):
+        kind = ("command", "python")[i % 2]
+        _chaos_drain(cli, rs, tmp_path, 8000, max_s=600, queue=f"soak{i}", kind=kind)
 
 
 # ============================================================================ 2. frozen consumer
