@@ -51,11 +51,21 @@ if mode == 'error' then
   end
 end
 
-local out = {}
-local added, kept, replaced = 0, 0, 0
-local min_due = nil
-for i = 0, n - 1 do
-  local b = 3 + i * 4
+-- Commands with many arguments, in slices that Lua's unpack can take.
+local function bulk(cmd, key, list)
+  local res = {}
+  for i = 1, #list, 4000 do
+    local part = redis.call(cmd, key, unpack(list, i, math.min(i + 3999, #list)))
+    if type(part) == 'table' then
+      for _, v in ipairs(part) do res[#res + 1] = v end
+    end
+  end
+  return res
+end
+
+local members, dues, recs = {}, {}, {}
+for i = 1, n do
+  local b = 3 + (i - 1) * 4
   local m = ARGV[b]
   local spec = ARGV[b + 1]
   local due
@@ -65,40 +75,60 @@ for i = 0, n - 1 do
     due = tonumber(spec)
   end
   local maxa = tonumber(ARGV[b + 3])
-  local rec
-  if maxa == 0 then rec = cjson.encode({ARGV[b + 2]}) else rec = cjson.encode({ARGV[b + 2], 0, maxa}) end
+  members[i] = m
+  dues[i] = due
+  if maxa == 0 then recs[i] = cjson.encode({ARGV[b + 2]}) else recs[i] = cjson.encode({ARGV[b + 2], 0, maxa}) end
+end
+
+-- One HMGET tells which tasks exist; then one HSET and one ZADD write the rest.
+local existing = bulk('HMGET', KEYS[4], members)
+local out = {}
+local added, kept, replaced = 0, 0, 0
+local hset, zadd, zrem = {}, {}, {}
+local first_due = {} -- member -> due, for a task given twice in one call
+local min_due = nil
+for i = 1, n do
+  local m, due = members[i], dues[i]
   local status = 'added'
-  if mode == 'replace' then
-    if redis.call('HSET', KEYS[4], m, rec) == 0 then
+  local st, d
+  if existing[i] or first_due[m] then
+    if mode == 'replace' then
       status = 'replaced'
-      redis.call('ZREM', KEYS[2], m)
-      redis.call('ZREM', KEYS[3], m)
-    end
-  elseif redis.call('HSETNX', KEYS[4], m, rec) == 0 then
-    local st, d = where(m, rec_decode(redis.call('HGET', KEYS[4], m)))
-    if st ~= 'orphan' then
+    elseif first_due[m] then
       status = 'kept'
-      kept = kept + 1
-      if tasks_reply then
-        out[#out + 1] = status
-        out[#out + 1] = st
-        out[#out + 1] = d
-      end
+      d = first_due[m]
+      st = (d <= now) and 'due' or 'scheduled'
     else
-      status = 'replaced'
-      redis.call('HSET', KEYS[4], m, rec)
+      st, d = where(m, rec_decode(existing[i]))
+      status = (st == 'orphan') and 'replaced' or 'kept'
     end
   end
-  if status ~= 'kept' then
-    redis.call('ZADD', KEYS[1], due, m)
-    if min_due == nil or due < min_due then min_due = due end
+  if status == 'kept' then
+    kept = kept + 1
+  else
     if status == 'added' then added = added + 1 else replaced = replaced + 1 end
-    if tasks_reply then
-      out[#out + 1] = status
-      out[#out + 1] = (due <= now) and 'due' or 'scheduled'
-      out[#out + 1] = due
-    end
+    if existing[i] then zrem[#zrem + 1] = m end
+    hset[#hset + 1] = m
+    hset[#hset + 1] = recs[i]
+    zadd[#zadd + 1] = due
+    zadd[#zadd + 1] = m
+    first_due[m] = due
+    if min_due == nil or due < min_due then min_due = due end
+    st, d = (due <= now) and 'due' or 'scheduled', due
   end
+  if tasks_reply then
+    out[#out + 1] = status
+    out[#out + 1] = st
+    out[#out + 1] = d
+  end
+end
+if #zrem > 0 then
+  bulk('ZREM', KEYS[2], zrem)
+  bulk('ZREM', KEYS[3], zrem)
+end
+if #hset > 0 then
+  bulk('HSET', KEYS[4], hset)
+  bulk('ZADD', KEYS[1], zadd)
 end
 
 if min_due ~= nil then

@@ -1,0 +1,92 @@
+"""Bulk adds (one add-5 call for many tasks): duplicates inside one call,
+orphans, tasks in every state, the counts-only reply, and `add --from`
+batches written while the next one is parsed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rsched import tasks
+from rsched.client import Rsched
+from rsched.errors import BadInput, Conflict
+from rsched.tasks import TaskSpec
+from tests.support import Cli
+
+
+def _spec(i: str, delay: int | None = None, payload: str = "null") -> TaskSpec:
+    return TaskSpec("b.t", i, "default", delay_ms=delay, payload_json=payload)
+
+
+def test_duplicates_in_one_call_keep_and_replace(rs: Rsched) -> None:
+    res = tasks.add_many(rs, [_spec("1", 60_000, '{"v":1}'), _spec("1", 5, '{"v":2}')])
+    assert [r.status for r in res] == ["added", "kept"]
+    assert res[1].task.state == "scheduled" and res[1].task.due_ms == res[0].task.due_ms
+    assert rs.show("b.t", "1").payload == {"v": 1}
+    res = tasks.add_many(
+        rs, [_spec("2", None, '{"v":1}'), _spec("2", 60_000, '{"v":2}')], if_exists="replace"
+    )
+    assert [r.status for r in res] == ["added", "replaced"]
+    t = rs.show("b.t", "2")
+    assert t.payload == {"v": 2} and t.state == "scheduled"
+    assert rs.redis.zcard(rs.keys.queue("default").sched) == 2
+
+
+def test_existing_tasks_in_every_state(rs: Rsched) -> None:
+    q = rs.keys.queue("default")
+    tasks.add_many(rs, [_spec("due"), _spec("proc"), _spec("dead"), _spec("orphan")])
+    rs.redis.zrem(q.sched, "b.t proc", "b.t dead", "b.t orphan")
+    rs.redis.zadd(q.proc, {"b.t proc": 1})
+    rs.redis.zadd(q.dead, {"b.t dead": 1})
+    specs = [_spec(i, 1000) for i in ("due", "proc", "dead", "orphan", "new")]
+    res = tasks.add_many(rs, specs)
+    assert [(r.status, r.task.state) for r in res] == [
+        ("kept", "due"),
+        ("kept", "processing"),
+        ("kept", "dead"),
+        ("replaced", "scheduled"),
+        ("added", "scheduled"),
+    ]
+    counts = tasks.add_counts(rs, specs, if_exists="replace")
+    assert counts == {"added": 0, "kept": 0, "replaced": 5}
+    assert rs.redis.zcard(q.proc) == 0 and rs.redis.zcard(q.dead) == 0
+    assert rs.redis.zcard(q.sched) == 5
+    with pytest.raises(Conflict):
+        tasks.add_counts(rs, [_spec("brand-new"), _spec("due")], if_exists="error")
+    assert not rs.redis.hexists(q.tasks, "b.t brand-new")
+
+
+def test_large_call_is_sliced_for_lua(rs: Rsched) -> None:
+    n = 9_000  # more arguments than one Lua unpack takes
+    counts = tasks.add_counts(rs, [_spec(str(i), 1000 + i) for i in range(n)], batch=n)
+    assert counts == {"added": n, "kept": 0, "replaced": 0}
+    again = tasks.add_counts(rs, [_spec(str(i)) for i in range(n)], batch=n)
+    assert again == {"added": 0, "kept": n, "replaced": 0}
+    assert rs.redis.hlen(rs.keys.queue("default").tasks) == n
+
+
+def test_record_is_compact_until_claimed(rs: Rsched) -> None:
+    q = rs.keys.queue("default")
+    tasks.add_many(rs, [_spec("c", None, '{"a":"é"}')])
+    assert rs.redis.hget(q.tasks, "b.t c") == json.dumps(['{"a":"é"}'], ensure_ascii=False)
+    rs.add("b.t", "m", max_attempts=3)
+    assert json.loads(rs.redis.hget(q.tasks, "b.t m")) == ["null", 0, 3]
+
+
+def test_add_lines_batches_and_bad_line(rs: Rsched) -> None:
+    lines = [json.dumps({"type": "l.t", "id": str(i), "in": "1h"}).encode() for i in range(25)]
+    seen = []
+    counts = tasks.add_lines(rs, lines, batch=10, progress=lambda c: seen.append(dict(c)))
+    assert counts == {"added": 25, "kept": 0, "replaced": 0}
+    assert [sum(c.values()) for c in seen] == [10, 20, 25]
+    bad = [*lines[:12], b'{"type": "l.t", "id": "x", "in": "soon"}', *lines[13:]]
+    with pytest.raises(BadInput, match=r"line 13: in.*10 tasks from earlier lines"):
+        tasks.add_lines(rs, bad, batch=10, if_exists="replace")
+
+
+def test_add_from_cli_counts(cli: Cli) -> None:
+    lines = "\n".join(
+        json.dumps({"type": "f.t", "id": str(i % 7), "payload": {"i": i}}) for i in range(20)
+    )
+    assert cli.json("add", "--from", "-", input=lines) == {"added": 7, "kept": 13, "replaced": 0}
