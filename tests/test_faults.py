@@ -756,8 +756,9 @@ def _redis_freeze(
     tokens = [int(f[1]) for f in fired]
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
     recs = cli.json("history", "frz", "--limit", "10000")
-    ok_ticks = Counter(r["fire_ms"] for r in recs if r["result"] == "ok")
-    assert max(ok_ticks.values()) == 1 and len(ok_ticks) == len(fired)
+    # one run record per fired tick (the last may say "failed": stopped with its runner)
+    run_ticks = Counter(r["fire_ms"] for r in recs if r["result"] not in ("skipped", "missed"))
+    assert max(run_ticks.values()) == 1 and len(run_ticks) == len(fired), recs
     figure(
         "redis_sigstop",
         freezes=freezes,
