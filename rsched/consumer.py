@@ -89,6 +89,9 @@ PY_BATCH_TARGET_S = 0.05
 RECONNECT_MAX_S = 5.0
 
 
+#: Compact JSON for history records (one encoder, not one per record).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
 # --------------------------------------------------------------------------- tasks
 
 
@@ -1017,7 +1020,7 @@ class Consumer:
         t = h.task
         started_mono = h.started_mono if h.started_mono is not None else h.claim_mono
         started = int(h.claim_server_ms + (started_mono - h.claim_mono) * 1000)
-        return json.dumps(
+        return _COMPACT(
             {
                 "kind": "task",
                 "name": None,
@@ -1035,9 +1038,7 @@ class Consumer:
                 "attempt": t.attempt,
                 "token": t.token,
                 "error": error,
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
+            }
         )
 
     def _settle(self) -> bool:

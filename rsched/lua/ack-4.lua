@@ -9,27 +9,34 @@
 -- Returns one integer per task: 1 acknowledged, 0 refused (token no longer matches).
 --@include _now.lua
 --@include _record.lua
+--@include _bulk.lua
 
-local out = {}
-local counts = {}
-for i = 2, #ARGV, 3 do
-  local m, tok, h = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local raw = redis.call('HGET', KEYS[2], m)
+local n = (#ARGV - 1) / 3
+local members = {}
+for i = 1, n do members[i] = ARGV[2 + (i - 1) * 3] end
+local raws = bulk('HMGET', KEYS[2], members)
+local leases = mscore(KEYS[1], members)
+local out, counts, done, del = {}, {}, {}, {}
+local keep = tonumber(ARGV[1]) > 0
+for i = 1, n do
+  local b = 2 + (i - 1) * 3
+  local m, tok, h = ARGV[b], ARGV[b + 1], ARGV[b + 2]
   local ok = 0
-  if raw and redis.call('ZSCORE', KEYS[1], m) then
-    local r = rec_decode(raw)
-    if r[P_TOKEN] == tok then
-      ok = 1
-      redis.call('ZREM', KEYS[1], m)
-      redis.call('HDEL', KEYS[2], m)
-      if h ~= '' and tonumber(ARGV[1]) > 0 then
-        redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], '*', 'j', h)
-      end
-      local f = 'ok|' .. task_type(m)
-      counts[f] = (counts[f] or 0) + 1
+  if raws[i] and leases[i] and not done[m] and rec_decode(raws[i])[P_TOKEN] == tok then
+    ok = 1
+    done[m] = true
+    del[#del + 1] = m
+    if h ~= '' and keep then
+      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], '*', 'j', h)
     end
+    local f = 'ok|' .. task_type(m)
+    counts[f] = (counts[f] or 0) + 1
   end
-  out[#out + 1] = ok
+  out[i] = ok
+end
+if #del > 0 then
+  bulk('ZREM', KEYS[1], del)
+  bulk('HDEL', KEYS[2], del)
 end
 for f, c in pairs(counts) do
   redis.call('HINCRBY', KEYS[4], f, c)

@@ -19,6 +19,7 @@
 --@include _now.lua
 --@include _record.lua
 --@include _types.lua
+--@include _bulk.lua
 
 local bad = check_types({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset'})
 if bad then return bad end
@@ -49,18 +50,6 @@ if mode == 'error' then
       return redis.error_reply('RSCHED_CONFLICT task "' .. m .. '" already exists (' .. st .. ')')
     end
   end
-end
-
--- Commands with many arguments, in slices that Lua's unpack can take.
-local function bulk(cmd, key, list)
-  local res = {}
-  for i = 1, #list, 4000 do
-    local part = redis.call(cmd, key, unpack(list, i, math.min(i + 3999, #list)))
-    if type(part) == 'table' then
-      for _, v in ipairs(part) do res[#res + 1] = v end
-    end
-  end
-  return res
 end
 
 local members, dues, recs = {}, {}, {}

@@ -26,6 +26,7 @@
 --@include _record.lua
 --@include _reap.lua
 --@include _types.lua
+--@include _bulk.lua
 
 local bad = check_types({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset', KEYS[8], 'zset', KEYS[9], 'stream'})
 if bad then return bad end
@@ -46,13 +47,15 @@ if paused == 0 and maxc > 0 then
   if count > 0 then
     local members = {}
     for i = 1, count do members[i] = due[2 * i - 1] end
-    redis.call('ZREM', KEYS[1], unpack(members))
+    bulk('ZREM', KEYS[1], members)
+    local raws = bulk('HMGET', KEYS[4], members)
     local last = redis.call('INCRBY', KEYS[6], count)
     local first = last - count
     local expiry = now + lease
+    local defmax = tonumber(ARGV[8])
+    local hset, zadd = {}, {}
     for i = 1, count do
-      local m = members[i]
-      local raw = redis.call('HGET', KEYS[4], m)
+      local m, raw = members[i], raws[i]
       if raw then
         local r = rec_decode(raw)
         r[P_ATTEMPTS] = r[P_ATTEMPTS] + 1
@@ -60,16 +63,22 @@ if paused == 0 and maxc > 0 then
         r[P_TOKEN] = tok
         -- due: kept from an earlier claim (a reaped task keeps its first due), else the score
         if not r[P_DUE] then r[P_DUE] = tonumber(due[2 * i]) end
-        redis.call('HSET', KEYS[4], m, rec_encode(r))
-        redis.call('ZADD', KEYS[2], expiry, m)
+        hset[#hset + 1] = m
+        hset[#hset + 1] = rec_encode(r)
+        zadd[#zadd + 1] = expiry
+        zadd[#zadd + 1] = m
         out[#out + 1] = m
         out[#out + 1] = r[P_PAYLOAD]
         out[#out + 1] = r[P_ATTEMPTS]
-        out[#out + 1] = eff_max(r, tonumber(ARGV[8]))
+        out[#out + 1] = eff_max(r, defmax)
         out[#out + 1] = tok
         out[#out + 1] = r[P_DUE]
         out[#out + 1] = r[P_ERROR]
       end
+    end
+    if #hset > 0 then
+      bulk('HSET', KEYS[4], hset)
+      bulk('ZADD', KEYS[2], zadd)
     end
   end
 end

@@ -7,17 +7,28 @@
 -- Returns one integer per task: 1 extended, 0 lost (token changed, task reaped or cancelled).
 --@include _now.lua
 --@include _record.lua
+--@include _bulk.lua
 
 local expiry = now_ms() + tonumber(ARGV[1])
-local out = {}
-for i = 2, #ARGV, 2 do
-  local m, tok = ARGV[i], ARGV[i + 1]
+local n = (#ARGV - 1) / 2
+local members = {}
+for i = 1, n do members[i] = ARGV[2 * i] end
+local raws = bulk('HMGET', KEYS[2], members)
+local leases = mscore(KEYS[1], members)
+local out, zadd = {}, {}
+for i = 1, n do
   local ok = 0
-  local raw = redis.call('HGET', KEYS[2], m)
-  if raw and redis.call('ZSCORE', KEYS[1], m) and rec_decode(raw)[P_TOKEN] == tok then
-    redis.call('ZADD', KEYS[1], 'XX', expiry, m)
+  if raws[i] and leases[i] and rec_decode(raws[i])[P_TOKEN] == ARGV[2 * i + 1] then
+    zadd[#zadd + 1] = expiry
+    zadd[#zadd + 1] = members[i]
     ok = 1
   end
-  out[#out + 1] = ok
+  out[i] = ok
+end
+if #zadd > 0 then
+  -- XX: never re-adds a task that left the processing set
+  for i = 1, #zadd, 4000 do
+    redis.call('ZADD', KEYS[1], 'XX', unpack(zadd, i, math.min(i + 3999, #zadd)))
+  end
 end
 return out
