@@ -41,6 +41,15 @@ def krs(ks_server: RedisServer, namespace: str) -> Rsched:
     return Rsched(ks_server.client(), namespace)
 
 
+@pytest.fixture(autouse=True)
+def _slow_only_when_asked(request: pytest.FixtureRequest) -> None:
+    """``slow`` tests (a frozen Redis noticed by PING) run with ``-m slow`` only."""
+    if request.node.get_closest_marker("slow") and "slow" not in (
+        request.config.getoption("markexpr") or ""
+    ):
+        pytest.skip("slow: run with -m slow")
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -280,6 +289,34 @@ def test_db_option_watches_that_database(
     assert [row[1] for row in runs(out)] == [f"{namespace}:db3"]
 
 
+def test_claim_window_of_unarmed_keys_and_rearmed_keys(
+    kcli: Cli, ks_server: RedisServer, krs: Rsched, tmp_path: Path, namespace: str
+) -> None:
+    """The documented window: a key set with PX by other code that expires again
+    within --claim-window is taken for a duplicate; an armed key is not."""
+    h, out = handler(tmp_path)
+    p, err = start(
+        kcli, tmp_path, "--pattern", f"{namespace}:w:*", "--claim-window", "3s", "--", str(h)
+    )
+    subscribed(ks_server, 1)
+    r = ks_server.client()
+    ek = ExpiredKeys.for_namespace(namespace)
+    plain, armed = f"{namespace}:w:plain", f"{namespace}:w:armed"
+    r.set(plain, "x", px=20)
+    arm(krs, armed, 20)
+    wait_for(lambda: len(runs(out)) == 2, timeout=10, what="the first expiries")
+    assert r.pttl(ek.claim(plain)) > 2000
+    r.set(plain, "x", px=20)  # again within the window: a duplicate
+    arm(krs, armed, 20)  # re-armed: its own firing
+    wait_for(lambda: len(runs(out)) == 3, timeout=10, what="the re-armed key")
+    wait_for(lambda: "skip" in err.read_text(), timeout=10, what="the duplicate")
+    wait_for(lambda: not r.exists(ek.claim(plain)), timeout=10, what="the window to pass")
+    r.set(plain, "x", px=20)  # after the window: fires again
+    wait_for(lambda: len(runs(out)) == 4, timeout=10)
+    stop(p, err)
+    assert Counter(row[1] for row in runs(out)) == {plain: 2, armed: 2}
+
+
 def test_key_name_with_shell_metacharacters_is_one_literal_argument(
     kcli: Cli, ks_server: RedisServer, krs: Rsched, tmp_path: Path, namespace: str
 ) -> None:
@@ -507,3 +544,31 @@ def test_systemd_notify_ready_watchdog_stopping(
     finally:
         s.close()
         os.unlink(path)
+
+
+@pytest.mark.slow
+def test_a_frozen_redis_is_noticed_and_the_subscription_recovers(
+    tmp_path: Path, namespace: str
+) -> None:
+    s = RedisServer(extra=["notify-keyspace-events Ex"]).start()
+    c = Cli(s, namespace, cwd=str(tmp_path))
+    try:
+        h, out = handler(tmp_path)
+        p, err = start(c, tmp_path, "--pattern", "f:*", "--backup-sweep", "--", str(h))
+        subscribed(s, 1)
+        rs = Rsched(s.client(), namespace)
+        arm(rs, "f:during", 2_000)  # due while Redis is frozen
+        s.freeze()
+        try:
+            # No PING answer: the subscription is dropped and retried (not hung forever).
+            wait_for(lambda: "did not answer PING" in err.read_text(), timeout=30)
+        finally:
+            s.thaw()
+        subscribed(s, 1)
+        s.client().set("f:after", "x", px=50)
+        wait_for(lambda: {row[1] for row in runs(out)} >= {"f:during", "f:after"}, timeout=30)
+        stop(p, err)
+        assert Counter(row[1] for row in runs(out)) == {"f:during": 1, "f:after": 1}
+    finally:
+        c.close()
+        s.stop()

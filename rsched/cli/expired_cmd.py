@@ -94,7 +94,8 @@ def expired(
     The handler gets the key's name as its last argument and in RSCHED_KEY,
     plus RSCHED_PATTERN, RSCHED_DB, RSCHED_FIRED_BY (event|sweep),
     RSCHED_FIRED_AT and, for armed keys, RSCHED_EXPIRE_AT and arm()'s value on
-    stdin. SIGTERM/SIGINT stop listening and give running handlers 30s.
+    stdin. SIGTERM/SIGINT stop listening and give running handlers 30s (a
+    second signal stops at once); exit 0.
     """
     from rsched.consumer import _ms, _positive_int
     from rsched.expired import DEFAULT_CLAIM_WINDOW_MS, ExpiredRunner, check_pattern
