@@ -2,11 +2,12 @@
 
 Real servers, real ``python -m rsched`` processes, real signals: consumers
 ``kill -9``'d at random, a consumer frozen past its lease, Redis ``kill -9``'d
-and restarted from its AOF, Redis frozen, ``SCRIPT FLUSH`` in a loop, clocks
-30 s off (libfaketime), and a least-privilege ACL user.
+and restarted from its AOF, Redis frozen, a cron holder frozen past its lock
+TTL, ``SCRIPT FLUSH`` in a loop, clocks 30 s off (libfaketime), and a
+least-privilege ACL user.
 
 Executions are recorded by the handlers themselves (task id, claim token,
-attempt, consumer pid) in an ``O_APPEND`` file, independently of what rsched
+attempt, which consumer) in an ``O_APPEND`` file, independently of what rsched
 says about itself, and compared with Redis's own records afterwards.
 
 Each scenario prints its figures (``FIGURE name {...}``, visible with ``-s``)
@@ -38,6 +39,7 @@ import redis
 
 from rsched.client import Rsched
 from rsched.tasks import make_spec
+from rsched.timeutil import iso
 from tests.support import Cli, RedisServer, wait_for
 
 # ----------------------------------------------------------------------------- constants
@@ -922,8 +924,6 @@ def test_skewed_producers_and_consumers_neither_early_nor_starved(
             windows[f"{tag}in{i}"] = (t0 + 2000, t1 + 2000)
             assert t0 + 2000 <= res["due_ms"] <= t1 + 2000, (skew, res)
         at = rs.now_ms() + 3000
-        from rsched.timeutil import iso
-
         res = cli.json("add", "--at", str(iso(at)), "t.sk", f"{tag}at", env=_skewed(skew))
         assert res["due_ms"] == at
         expected[f"{tag}at"] = at
