@@ -572,3 +572,45 @@ def test_a_frozen_redis_is_noticed_and_the_subscription_recovers(
     finally:
         c.close()
         s.stop()
+
+
+def test_library_runner_with_a_python_handler_and_one_subscription_per_node(
+    ks_server: RedisServer, krs: Rsched, namespace: str
+) -> None:
+    """The runner as a library: a callable gets a Firing. Two node subscriptions
+    (as one per primary would be; here both reach the same server, so every
+    event arrives twice) still fire each key once."""
+    import threading
+
+    from rsched.expired import ExpiredRunner, Firing
+
+    got: list[Firing] = []
+    lines_: list[str] = []
+    runner = ExpiredRunner(
+        krs,
+        f"{namespace}:lib:*",
+        got.append,
+        backup_sweep=True,
+        nodes=[ks_server.client(), ks_server.client()],
+        install_signals=False,
+        log=lines_.append,
+        verbose=1,
+    )
+    t = threading.Thread(target=runner.run)
+    t.start()
+    try:
+        subscribed(ks_server, 2)
+        expiry = arm(krs, f"{namespace}:lib:a", 50, value=b"\x00payload")
+        ks_server.client().set(f"{namespace}:lib:b", "x", px=50)
+        wait_for(lambda: len(got) == 2, timeout=10, what="both keys to fire")
+        wait_for(lambda: runner.stats.duplicates >= 2, timeout=10, what="the second copies")
+    finally:
+        runner.stop()
+        t.join(timeout=15)
+    assert not t.is_alive()
+    by_key = {f.key: f for f in got}
+    a, b = by_key[f"{namespace}:lib:a"], by_key[f"{namespace}:lib:b"]
+    assert a.value == b"\x00payload" and a.expire_ms == expiry and a.expire_at
+    assert b.value is None and b.expire_ms is None and b.source == "event"
+    assert runner.stats.fired == 2 and runner.stats.ok == 2
+    assert any("stopped: 2 fired" in line for line in lines_)
