@@ -11,10 +11,10 @@ reply into :class:`~rsched.errors.WrongKeyType`.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from rsched import errors
@@ -43,8 +43,19 @@ _AUTH_REPLIES = (
 )
 
 
+_LUA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lua")
+
+
 def _read(name: str) -> str:
-    return (resources.files("rsched") / "lua" / name).read_text(encoding="utf-8")
+    # A plain file read: importlib.resources (zipfile, tempfile, ...) costs a one-shot
+    # command ~10 ms of imports; it is the fallback for a zipped install.
+    try:
+        with open(os.path.join(_LUA_DIR, name), encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        from importlib import resources
+
+        return (resources.files("rsched") / "lua" / name).read_text(encoding="utf-8")
 
 
 @cache
