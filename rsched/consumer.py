@@ -711,9 +711,13 @@ class Consumer:
             try:
                 popped = self._waker_client.bzpopmin(keys, timeout=IDLE_CAP_MS / 1000.0)
                 delay = 0.1
-            except redis.RedisError:
+            except Exception as exc:  # noqa: BLE001 - the listener never dies
                 if self._closed:
+                    # _stop_waker() shut the socket under us; redis-py's pure-Python
+                    # parser may then fail with anything (AttributeError seen).
                     break
+                if not isinstance(exc, redis.RedisError):
+                    self._log("error", f"wake-up listener: {_one_line(exc)}; retrying")
                 time.sleep(self._rnd.uniform(delay / 2, delay))
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 continue

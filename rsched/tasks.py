@@ -11,7 +11,9 @@ trailing defaults left out (``rsched/lua/_record.lua`` reads and writes it)::
 A task that was never claimed is stored as ``[payload]`` (``[payload,0,N]``
 with its own max attempts): its due time is its score in the ``sched`` set,
 and the first claim writes ``due_ms`` into the record. Records written by
-earlier versions (a seventh entry, ``created_ms``) are read the same way.
+earlier versions (a seventh entry, ``created_ms``) are read the same way; the
+reverse is not true (an earlier consumer cannot claim ``[payload]``), so
+upgrade consumers before the code that adds tasks.
 
 Writes go through the Lua core (``rsched/lua``); reads are plain commands.
 """
