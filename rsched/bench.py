@@ -293,7 +293,8 @@ class Bench:
             if settings.password is not None:
                 env["RSCHED_REDIS_PASSWORD"] = settings.password
             if settings.config_path is not None:
-                env["RSCHED_CONFIG"] = str(settings.config_path)
+                # absolute: the processes run in the bench's own directory
+                env["RSCHED_CONFIG"] = str(Path(settings.config_path).resolve())
             for var in ("RSCHED_TLS_CA", "RSCHED_TLS_CERT", "RSCHED_TLS_KEY"):
                 if os.environ.get(var):
                     env[var] = os.environ[var]
