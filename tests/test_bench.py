@@ -6,7 +6,9 @@ No timed asserts: speed is what the bench measures, not what tests check."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,20 @@ def test_refuses_non_empty_namespace(cli: Cli, server: RedisServer) -> None:
 def test_bad_options_exit_2(cli: Cli, args: list[str]) -> None:
     res = cli("bench", "--quick", *args)
     assert res.returncode == 2, res.stderr
+
+
+def test_config_file_and_password_reach_its_processes(tmp_path: os.PathLike[str]) -> None:
+    srv = RedisServer(password="b3nch-pw").start()
+    try:
+        (Path(tmp_path) / "pw").write_text("b3nch-pw\n")
+        (Path(tmp_path) / "rsched.toml").write_text(
+            f'[redis]\nurl = "{srv.url}"\npassword_file = "{Path(tmp_path) / "pw"}"\n'
+        )
+        c = Cli(srv, "unused", cwd=str(tmp_path))
+        env = {"RSCHED_REDIS_URL": "", "RSCHED_NAMESPACE": "", "RSCHED_REDIS_PASSWORD": ""}
+        res = c("bench", "--quick", "--only", "enqueue,cold", "--json", env=env, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert "b3nch-pw" not in res.stdout + res.stderr
+        assert srv.client().dbsize() == 0
+    finally:
+        srv.stop()
