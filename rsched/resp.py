@@ -77,6 +77,9 @@ def parse_url(url: str) -> dict[str, Any] | None:
 class LiteRedis:
     """One connection, opened lazily; not thread-safe (one-shot commands only)."""
 
+    #: rsched.scripts sends EVAL (no NOSCRIPT round trip, no hashlib import).
+    prefers_eval = True
+
     def __init__(
         self,
         *,

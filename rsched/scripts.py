@@ -108,32 +108,65 @@ def map_error(exc: Exception) -> Exception:
         return errors.RedisUnavailable(f"Redis refused authentication: {exc}")
     if isinstance(exc, rp.ConnectionError | rp.TimeoutError):
         return errors.RedisUnavailable(f"Redis unreachable: {exc}")
+    if isinstance(exc, rp.exceptions.NoPermissionError):  # redis-py strips "NOPERM "
+        return errors.ConfigError(f"the Redis user lacks a permission rsched needs: {exc}")
     if isinstance(exc, rp.ResponseError):
         return _map_reply(str(exc), exc)
     return exc
 
 
+@cache
+def sha1(name: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(source(name).encode("utf-8")).hexdigest()
+
+
+def _is_noscript(exc: Exception) -> bool:
+    rp = sys.modules.get("redis")
+    if rp is not None and isinstance(exc, rp.exceptions.NoScriptError):
+        return True
+    return str(exc).startswith("NOSCRIPT")
+
+
+def _is_pipeline(client: Any) -> bool:
+    from rsched.resp import LitePipeline
+
+    if isinstance(client, LitePipeline):
+        return True
+    rp = sys.modules.get("redis")
+    return rp is not None and isinstance(client, rp.client.Pipeline)
+
+
 class Scripts:
-    """The Lua operations of one connection, called by name."""
+    """The Lua operations of one connection, called by name.
+
+    A call is ``EVALSHA`` and, when the server answers ``NOSCRIPT`` (a restart,
+    ``SCRIPT FLUSH``, a failover), ``EVAL`` of the source: that cannot fail
+    with ``NOSCRIPT``, however often the script cache is flushed (redis-py's
+    Script object loads the script and retries EVALSHA, which a flush in
+    between defeats). In a pipeline, and with the one-shot client of
+    :mod:`rsched.resp`, the call is ``EVAL`` straight away.
+    """
 
     def __init__(self, client: redis.Redis | Any):
         self._client = client
-        self._scripts: dict[str, Any] = {}
-
-    def _get(self, name: str) -> Any:
-        s = self._scripts.get(name)
-        if s is None:
-            s = self._client.register_script(source(name))
-            self._scripts[name] = s
-        return s
 
     def __call__(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
         """Run operation ``name``; ``client`` may be a pipeline (then nothing is returned)."""
         if len(keys) != nkeys(name):
             raise AssertionError(f"{name} takes {nkeys(name)} keys, got {len(keys)}")
-        script = self._get(name)
+        c = client or self._client
         try:
-            return script(keys=keys, args=args, client=client or self._client)
+            if _is_pipeline(c) or getattr(c, "prefers_eval", False):
+                res = c.execute_command("EVAL", source(name), len(keys), *keys, *args)
+                return None if _is_pipeline(c) else res
+            try:
+                return c.execute_command("EVALSHA", sha1(name), len(keys), *keys, *args)
+            except Exception as exc:
+                if not _is_noscript(exc):
+                    raise
+            return c.execute_command("EVAL", source(name), len(keys), *keys, *args)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
