@@ -794,13 +794,6 @@ def test_redis_frozen_soak(
 # ============================================================================ 5. SCRIPT FLUSH
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: rsched.scripts.Scripts retries NOSCRIPT once (redis-py Script: SCRIPT LOAD then "
-    "EVALSHA) and pipelines load scripts before EXEC, so a SCRIPT FLUSH in between fails "
-    "add, add --from, requeue-stale and kills the consumer (internal error: NoScriptError)",
-)
 def test_script_flush_in_a_loop_fails_no_operation(
     own_server: RedisServer, own: tuple[Cli, Rsched], tmp_path: Path
 ) -> None:
@@ -992,13 +985,6 @@ def _acl_cli(own_server: RedisServer, namespace: str, tmp_path: Path) -> tuple[C
     return cli, password
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: rsched.scripts.map_error looks for 'NOPERM' in the message, but redis-py "
-    "raises NoPermissionError with that prefix stripped, so a refused key is an internal "
-    "error (exit 1) instead of a configuration error (exit 78)",
-)
 def test_acl_user_outside_its_namespace_is_a_configuration_error_exit_78(
     own_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
