@@ -10,6 +10,12 @@ Config file (TOML), found at ``--config`` / ``$RSCHED_CONFIG`` / ``./rsched.toml
     connect_timeout = "3s"
     tls_ca = "/etc/ssl/redis-ca.pem"        # for rediss://
     tls_cert = "..."; tls_key = "..."
+    # Redis Sentinel instead of url (or url = "redis+sentinel://h1:26379,h2:26379/mymaster/0"):
+    sentinels = ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"]
+    sentinel_service = "mymaster"
+    sentinel_password_file = "/etc/rsched/sentinel.pass"   # if the sentinels want one
+    wait_replicas = 1                       # WAIT for 1 replica after adds and lock acquisition
+    wait_replicas_timeout = "1s"
 
     [queues.default]                        # consumer defaults per queue
     lease = "60s"; max_attempts = 5; timeout = "5m"; backoff = "1s"; backoff_max = "10m"
@@ -50,7 +56,15 @@ _REDIS_KEYS = {
     "tls_key",
     "tls_insecure",
     "cluster",
+    "sentinels",
+    "sentinel_service",
+    "sentinel_password_file",
+    "sentinel_username",
+    "wait_replicas",
+    "wait_replicas_timeout",
 }
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+DEFAULT_SENTINEL_PORT = 26379
 _QUEUE_KEYS = {"lease", "max_attempts", "timeout", "backoff", "backoff_max", "concurrency", "grace"}
 _TOP_KEYS = {"redis", "queues", "handlers", "cron", "exec"}
 
@@ -66,6 +80,98 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """Where a ``redis+sentinel://`` URL points: sentinels, service and database."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    tls: bool
+    username: str | None
+    password: str | None = field(default=None, repr=False)
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget:
+    """``redis+sentinel://[user[:password]@]host1[:port],host2[:port]/SERVICE[/DB]``
+    (``rediss+sentinel://`` for TLS). The user and password are the data nodes'."""
+    from urllib.parse import unquote
+
+    where = redact_url(url)
+    parts = urlsplit(url)
+    if parts.scheme not in SENTINEL_SCHEMES:
+        raise ConfigError(f"--redis-url: {where!r} is not a redis+sentinel:// URL")
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":") if userinfo else ("", "", "")
+    hosts: list[tuple[str, int]] = []
+    for item in hostlist.split(","):
+        host, port = _host_port(item.strip(), f"--redis-url {where!r}")
+        hosts.append((host, port))
+    segs = [seg for seg in parts.path.split("/") if seg]
+    if not segs or len(segs) > 2:
+        raise ConfigError(
+            f"--redis-url: {where!r} must name the service after the sentinels: "
+            "redis+sentinel://host1:26379,host2:26379/SERVICE[/DB]"
+        )
+    db = 0
+    if len(segs) == 2:
+        if not segs[1].isdigit():
+            raise ConfigError(
+                f"--redis-url: {where!r}: the database {segs[1]!r} is not a whole number"
+            )
+        db = int(segs[1])
+    return SentinelTarget(
+        tuple(hosts),
+        unquote(segs[0]),
+        db,
+        parts.scheme.startswith("rediss"),
+        unquote(user) or None,
+        unquote(password) or None,
+    )
+
+
+def _host_port(item: str, field_name: str) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` -> (host, port); port defaults to 26379."""
+    host, port = item, DEFAULT_SENTINEL_PORT
+    if item.startswith("["):
+        end = item.find("]")
+        host, rest = item[1:end], item[end + 1 :]
+        if rest.startswith(":"):
+            port = _port(rest[1:], item, field_name)
+    elif item.count(":") == 1:
+        host, p = item.split(":")
+        port = _port(p, item, field_name)
+    if not host:
+        raise ConfigError(f"{field_name}: sentinel {item!r} has no host (host:port)")
+    return host, port
+
+
+def _port(text: str, item: str, field_name: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ConfigError(f"{field_name}: sentinel {item!r} has no valid port (host:port)")
+    return int(text)
+
+
+def sentinel_url(sentinels: Any, service: Any, path: Path | None) -> str:
+    """The URL form of ``[redis] sentinels`` / ``sentinel_service``."""
+    from urllib.parse import quote
+
+    if (
+        not isinstance(sentinels, list)
+        or not sentinels
+        or not all(isinstance(x, str) for x in sentinels)
+    ):
+        raise ConfigError(f'config {path}: redis.sentinels must be a list of "host:port" strings')
+    if not isinstance(service, str) or not service:
+        raise ConfigError(
+            f"config {path}: redis.sentinels needs redis.sentinel_service (the monitored "
+            'master\'s name, e.g. "mymaster")'
+        )
+    for x in sentinels:
+        _host_port(x, f"config {path}: redis.sentinels")
+    return f"redis+sentinel://{','.join(sentinels)}/{quote(service, safe='')}/0"
 
 
 def find_config(explicit: str | None) -> Path | None:
@@ -147,6 +253,11 @@ class Settings:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_insecure: bool = False
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+    #: After adds and lock acquisitions, WAIT for this many replicas (0: don't).
+    wait_replicas: int = 0
+    wait_replicas_timeout_ms: int = 1000
     config_path: Path | None = None
     file: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -182,11 +293,23 @@ def resolve(
     data = load_file(path)
     r = data.get("redis", {})
     s = Settings(config_path=path, file=data)
+    if "sentinels" in r and "url" in r:
+        raise ConfigError(
+            f"config {path}: give redis.url or redis.sentinels, not both "
+            "(a Sentinel URL is redis+sentinel://host1:26379,host2:26379/SERVICE/DB)"
+        )
+    if "sentinel_service" in r and "sentinels" not in r:
+        raise ConfigError(f"config {path}: redis.sentinel_service needs redis.sentinels")
     s.redis_url = (
         redis_url
         or os.environ.get("RSCHED_REDIS_URL")
         or os.environ.get("REDIS_URL")
         or r.get("url")
+        or (
+            sentinel_url(r["sentinels"], r.get("sentinel_service"), path)
+            if "sentinels" in r
+            else None
+        )
         or DEFAULT_URL
     )
     s.namespace = (
@@ -204,7 +327,29 @@ def resolve(
             raise ConfigError(
                 f"config {path}: redis.password_file cannot be read ({exc.strerror})"
             ) from None
+    s.sentinel_username = r.get("sentinel_username")
+    sentinel_pw_env = os.environ.get("RSCHED_SENTINEL_PASSWORD")
+    if sentinel_pw_env:
+        s.sentinel_password = sentinel_pw_env
+    elif r.get("sentinel_password_file"):
+        try:
+            s.sentinel_password = (
+                Path(r["sentinel_password_file"]).read_text(encoding="utf-8").strip()
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"config {path}: redis.sentinel_password_file cannot be read ({exc.strerror})"
+            ) from None
+    if "wait_replicas" in r:
+        n = r["wait_replicas"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"config {path}: redis.wait_replicas must be a whole number >= 0")
+        s.wait_replicas = n
     try:
+        if "wait_replicas_timeout" in r:
+            s.wait_replicas_timeout_ms = parse_duration(
+                r["wait_replicas_timeout"], "redis.wait_replicas_timeout"
+            )
         if "connect_timeout" in r:
             s.connect_timeout_s = (
                 parse_duration(r["connect_timeout"], "redis.connect_timeout") / 1000
@@ -218,8 +363,11 @@ def resolve(
     s.tls_key = os.environ.get("RSCHED_TLS_KEY") or r.get("tls_key")
     s.tls_insecure = bool(r.get("tls_insecure", False))
     scheme = urlsplit(s.redis_url).scheme
-    if scheme not in ("redis", "rediss", "unix"):
+    if scheme in SENTINEL_SCHEMES:
+        parse_sentinel_url(s.redis_url)  # refuse a malformed one before connecting
+    elif scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(
-            f"--redis-url: {redact_url(s.redis_url)!r} must start with redis://, rediss:// or unix://"
+            f"--redis-url: {redact_url(s.redis_url)!r} must start with redis://, rediss://, "
+            "unix:// or redis+sentinel://"
         )
     return s

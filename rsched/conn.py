@@ -47,6 +47,8 @@ def connect(
         if settings.tls_insecure:
             kwargs["ssl_cert_reqs"] = "none"
             kwargs["ssl_check_hostname"] = False
+    if settings.redis_url.startswith(SENTINEL_PREFIXES):
+        return connect_sentinel(settings, kwargs, check)
     try:
         client = redis.Redis.from_url(settings.redis_url, **kwargs)
     except ValueError as exc:
@@ -58,6 +60,66 @@ def connect(
             err = map_error(exc)
             where = settings.safe_url
             raise RedisUnavailable(f"cannot use Redis at {where}: {_short(err)}") from None
+    return client
+
+
+SENTINEL_PREFIXES = ("redis+sentinel://", "rediss+sentinel://")
+
+
+def connect_sentinel(settings: Settings, kwargs: dict[str, Any], check: bool = True) -> Any:
+    """The current master of a Sentinel service (``redis+sentinel://`` URL or
+    ``[redis] sentinels``), with the data nodes' options in ``kwargs``.
+
+    redis-py's SentinelConnectionPool asks the sentinels for the master on each
+    new connection and drops idle connections when the answer changes; a
+    connection error (the old master died) or a READONLY reply (it came back as a
+    replica) closes the connection, so the caller's next command, on a fresh
+    connection, reaches the promoted replica. No retry is hidden here: the
+    callers' own reconnect loops carry on through a failover.
+    """
+    import redis
+    from redis.sentinel import Sentinel
+
+    from rsched.config import parse_sentinel_url
+
+    target = parse_sentinel_url(settings.redis_url)
+    node = dict(kwargs)
+    if target.username:
+        node["username"] = target.username
+    if target.password:
+        node["password"] = target.password
+    sentinel_kw: dict[str, Any] = {
+        "socket_connect_timeout": kwargs["socket_connect_timeout"],
+        "socket_timeout": settings.connect_timeout_s,
+        "decode_responses": True,
+    }
+    if settings.sentinel_password is not None:
+        sentinel_kw["password"] = settings.sentinel_password
+    if settings.sentinel_username is not None:
+        sentinel_kw["username"] = settings.sentinel_username
+    if target.tls:
+        tls: dict[str, Any] = {"ssl": True}
+        if settings.tls_ca:
+            tls["ssl_ca_certs"] = settings.tls_ca
+        if settings.tls_cert:
+            tls["ssl_certfile"] = settings.tls_cert
+        if settings.tls_key:
+            tls["ssl_keyfile"] = settings.tls_key
+        if settings.tls_insecure:
+            tls["ssl_cert_reqs"] = "none"
+            tls["ssl_check_hostname"] = False
+        node.update(tls)
+        sentinel_kw.update(tls)
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kw)
+    client = sentinel.master_for(target.service, db=target.db, **node)
+    if check:
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            err = map_error(exc)
+            raise RedisUnavailable(
+                f"cannot use Redis (Sentinel) at {settings.safe_url}: {_short(err)}"
+            ) from None
     return client
 
 

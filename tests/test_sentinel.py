@@ -1,0 +1,318 @@
+"""Redis Sentinel: a ``redis+sentinel://`` URL or ``[redis] sentinels`` reaches the
+current master; a ``kill -9`` of the master is survived by the same consumer and
+producer processes once a replica is promoted, and the suite prints what the
+failover cost (acknowledged tasks lost to asynchronous replication, recovery time).
+
+Every test starts its own primary, replica and three sentinels (quorum 2,
+``down-after-milliseconds 1000``, ``failover-timeout 3000``) on free ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from rsched.client import Rsched
+from rsched.config import Settings
+from tests.support import Cli, RedisServer, free_port, server_binary, wait_for
+
+SERVICE = "mymaster"
+PASSWORD = "s3cret-Sentinel"
+
+
+def figure(name: str, **values: Any) -> None:
+    """One measured figure for the README's reliability section (``pytest -s`` shows it)."""
+    print(f"\nFIGURE {name} {json.dumps(values, sort_keys=True)}")
+
+
+class SentinelProc:
+    """One ``redis-server sentinel.conf --sentinel`` process."""
+
+    def __init__(self, master_port: int, password: str | None):
+        self.dir = tempfile.mkdtemp(prefix="rsched-test-sentinel-")
+        self.port = free_port()
+        lines = [
+            f"port {self.port}",
+            "bind 127.0.0.1",
+            f"dir {self.dir}",
+            f"logfile {os.path.join(self.dir, 'sentinel.log')}",
+            f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2",
+            f"sentinel down-after-milliseconds {SERVICE} 1000",
+            f"sentinel failover-timeout {SERVICE} 3000",
+            f"sentinel parallel-syncs {SERVICE} 1",
+        ]
+        if password:
+            lines.append(f"sentinel auth-pass {SERVICE} {password}")
+        self.conf = os.path.join(self.dir, "sentinel.conf")
+        Path(self.conf).write_text("\n".join(lines) + "\n")
+        self.proc = subprocess.Popen(
+            [server_binary("redis"), self.conf, "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+
+    def master(self) -> dict[str, Any]:
+        with self.client() as c:
+            return dict(c.sentinel_master(SERVICE))
+
+    def master_port(self) -> int | None:
+        with self.client() as c:
+            addr = c.sentinel_get_master_addr_by_name(SERVICE)
+        return int(addr[1]) if addr else None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SentinelSet:
+    """A primary, one replica and three sentinels watching them."""
+
+    def __init__(self, password: str | None = PASSWORD):
+        self.password = password
+        self.primary = RedisServer(flavour="redis", password=password).start()
+        extra = [f"replicaof 127.0.0.1 {self.primary.port}"]
+        if password:
+            extra.append(f"masterauth {password}")
+        self.replica = RedisServer(flavour="redis", password=password, extra=extra).start()
+        self.sentinels = [SentinelProc(self.primary.port, password) for _ in range(3)]
+        wait_for(self._ready, timeout=30, what="sentinels to see the replica and each other")
+
+    def _ready(self) -> bool:
+        with self.primary.client() as c:
+            if int(c.info("replication").get("connected_slaves", 0)) < 1:
+                return False
+        for s in self.sentinels:
+            m = s.master()
+            if int(m.get("num-slaves", 0)) < 1 or int(m.get("num-other-sentinels", 0)) < 2:
+                return False
+        return True
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/{SERVICE}/0"
+
+    def master_port(self) -> int | None:
+        ports = {s.master_port() for s in self.sentinels}
+        return ports.pop() if len(ports) == 1 else None
+
+    def stop(self) -> None:
+        for s in self.sentinels:
+            s.stop()
+        self.replica.stop()
+        self.primary.stop()
+
+
+@pytest.fixture
+def sentinel_set() -> Iterator[SentinelSet]:
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server (with --sentinel) is not on PATH")
+    s = SentinelSet()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def scli(sentinel_set: SentinelSet, namespace: str, tmp_path: Path) -> Iterator[Cli]:
+    """rsched processes that reach Redis through the sentinels only."""
+    c = Cli(sentinel_set.primary, namespace, cwd=str(tmp_path))
+    real_env = c.env
+
+    def env(**extra: str) -> dict[str, str]:
+        return real_env(**{"RSCHED_REDIS_URL": sentinel_set.url, **extra})
+
+    c.env = env  # type: ignore[method-assign]
+    yield c
+    c.close()
+
+
+def handler(tmp_path: Path) -> tuple[Path, Path]:
+    """A command handler that appends ``ID`` to a log, one short write per run."""
+    log = tmp_path / "runs.log"
+    h = tmp_path / "h.sh"
+    h.write_text('#!/bin/sh\necho "$1" >> "$RUN_LOG"\n')
+    h.chmod(0o755)
+    return h, log
+
+
+def ran(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+# ----------------------------------------------------------------------------- basics
+
+
+def test_add_list_show_and_consume_through_the_sentinel_url(
+    sentinel_set: SentinelSet, scli: Cli, tmp_path: Path, namespace: str
+) -> None:
+    out = scli.json("add", "--in", "1h", "s.later", "L1", "--payload", '{"n": 1}')
+    assert out["status"] == "added" and out["state"] == "scheduled"
+    scli("add", "s.now", "N1", check=0)
+    # The data landed on the master the sentinels name, and reached the replica.
+    tasks_key = Rsched(sentinel_set.primary.client(), namespace).keys.queue("default").tasks
+    with sentinel_set.primary.client() as c:
+        assert c.hlen(tasks_key) == 2
+    with sentinel_set.replica.client() as c:
+        wait_for(lambda: c.hlen(tasks_key) == 2, what="the replica to have both tasks")
+    listed = scli.json("list")
+    assert {(t["type"], t["id"]) for t in listed} == {("s.later", "L1"), ("s.now", "N1")}
+    assert scli.json("show", "s.later", "L1")["payload"] == {"n": 1}
+    h, log = handler(tmp_path)
+    scli("run", "consumer", "--handler", f"s.now={h}", "--burst", env={"RUN_LOG": str(log)},
+         check=0)  # fmt: skip
+    assert ran(log) == ["N1"]
+    # The password never shows, whatever the command prints.
+    res = scli("-v", "doctor")
+    assert PASSWORD not in res.stdout + res.stderr
+
+
+def test_sentinels_from_the_config_file(
+    sentinel_set: SentinelSet, scli: Cli, tmp_path: Path
+) -> None:
+    sentinels = ", ".join(f'"127.0.0.1:{s.port}"' for s in sentinel_set.sentinels)
+    pw = tmp_path / "redis.pass"
+    pw.write_text(PASSWORD + "\n")
+    (tmp_path / "rsched.toml").write_text(
+        f'[redis]\nsentinels = [{sentinels}]\nsentinel_service = "{SERVICE}"\n'
+        f'password_file = "{pw}"\n'
+    )
+    env = {"RSCHED_REDIS_URL": "", "RSCHED_REDIS_PASSWORD": ""}
+    scli("add", "s.cfg", "C1", env=env, check=0)
+    assert [t["id"] for t in scli.json("list", env=env)] == ["C1"]
+
+
+def test_a_wrong_service_or_dead_sentinels_exit_69_without_the_password(
+    sentinel_set: SentinelSet, scli: Cli
+) -> None:
+    url = sentinel_set.url.replace(f"/{SERVICE}/", "/nosuch/")
+    res = scli("add", "s.x", "1", env={"RSCHED_REDIS_URL": url})
+    assert res.returncode == 69, res.stderr
+    assert "nosuch" in res.stderr
+    url = f"redis+sentinel://:{PASSWORD}@127.0.0.1:{free_port()}/{SERVICE}"
+    res = scli("list", env={"RSCHED_REDIS_URL": url})
+    assert res.returncode == 69 and PASSWORD not in res.stderr, res.stderr
+    assert ":***@" in res.stderr
+    res = scli("list", env={"RSCHED_REDIS_URL": "redis+sentinel://127.0.0.1:1"})
+    assert res.returncode == 78 and "SERVICE" in res.stderr
+
+
+# ----------------------------------------------------------------------------- failover
+
+
+def _failover(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path, seconds_after: float) -> None:
+    """kill -9 the master while a consumer drains and a producer adds; both carry on."""
+    h, log = handler(tmp_path)
+    consumer = scli.spawn("run", "consumer", "--handler", f"s.f={h}", "--lease", "2s",
+                          env={"RUN_LOG": str(log)}, stdout=subprocess.DEVNULL)  # fmt: skip
+    settings = Settings(redis_url=sentinel_set.url, namespace=scli.namespace, password=PASSWORD)
+    settings.connect_timeout_s = 0.5
+    settings.socket_timeout_s = 2.0
+    rs = Rsched.from_settings(settings)
+    keys = rs.keys.queue("default")
+    wait_for(lambda: rs.redis.zcard(keys.consumers) == 1, timeout=30, what="the consumer")
+
+    acked: list[tuple[str, float]] = []  # (id, when acknowledged)
+    refused: list[float] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        n = 0
+        while not stop.is_set():
+            tid = f"f{n}"
+            try:
+                rs.add("s.f", tid)
+            except Exception:  # noqa: BLE001 - an outage: retry the same task, as a producer would
+                refused.append(time.monotonic())
+                time.sleep(0.05)
+                continue
+            acked.append((tid, time.monotonic()))
+            n += 1
+            time.sleep(0.005)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        wait_for(lambda: len(ran(log)) >= 100, timeout=30, what="work before the kill")
+        old_port = sentinel_set.primary.port
+        killed_at = time.monotonic()
+        acked_at_kill = len(acked)
+        sentinel_set.primary.kill()
+        new_port = wait_for(
+            lambda: (p := sentinel_set.master_port()) not in (None, old_port) and p,
+            timeout=30,
+            what="a replica promoted",
+        )
+        promoted_s = time.monotonic() - killed_at
+        assert new_port == sentinel_set.replica.port
+        wait_for(lambda: len(acked) > acked_at_kill + 20, timeout=30, what="the producer back")
+        first_ack = next(t for _, t in acked[acked_at_kill:])
+        after = {i for i, _ in acked[acked_at_kill:]}
+        wait_for(lambda: after & set(ran(log)), timeout=30, what="the consumer back")
+        consumer_back_s = time.monotonic() - killed_at
+        deadline = time.monotonic() + seconds_after
+        while time.monotonic() < deadline:
+            assert consumer.poll() is None, consumer.stderr.read() if consumer.stderr else ""
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        producer.join(timeout=30)
+    new = sentinel_set.replica.client()
+    # Everything still scheduled or processing drains on the new master.
+    wait_for(
+        lambda: new.hlen(keys.tasks) == 0 and new.zcard(keys.proc) == 0,
+        timeout=60,
+        what="every surviving task run and acked",
+    )
+    assert consumer.poll() is None  # the same process, never restarted
+    runs = ran(log)
+    done = set(runs)
+    lost = [i for i, _ in acked if i not in done]
+    # Only what was acknowledged before the kill can be lost (asynchronous replication).
+    assert set(lost) <= {i for i, _ in acked[:acked_at_kill]}, lost[:10]
+    assert all(i in done for i in after)
+    figure(
+        "sentinel_failover_kill9_master",
+        tasks_acknowledged=len(acked),
+        acknowledged_lost=len(lost),
+        duplicate_runs=len(runs) - len(done),
+        add_attempts_refused=len(refused),
+        promoted_s=round(promoted_s, 2),
+        producer_back_s=round(first_ack - killed_at, 2),
+        consumer_back_s=round(consumer_back_s, 2),
+    )
+    consumer.terminate()
+    assert consumer.wait(timeout=30) == 0
+    new.close()
+    rs.redis.close()
+
+
+def test_kill9_of_the_master_is_survived_by_the_same_consumer_and_producer(
+    sentinel_set: SentinelSet, scli: Cli, tmp_path: Path
+) -> None:
+    _failover(sentinel_set, scli, tmp_path, seconds_after=1.0)
+
+
+@pytest.mark.slow
+def test_kill9_of_the_master_soak(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path) -> None:
+    _failover(sentinel_set, scli, tmp_path, seconds_after=20.0)
