@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING
 
 from rsched.errors import BadInput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zoneinfo import ZoneInfo
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DUR_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
@@ -30,6 +33,8 @@ def parse_duration(text: str, field: str = "duration", allow_zero: bool = False)
 
 
 def zone(name: str, field: str = "--tz") -> ZoneInfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # lazily: most commands never need a zone
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

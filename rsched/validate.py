@@ -76,10 +76,13 @@ def payload_text(text: str | bytes, field: str = "--payload") -> str:
     return payload_value(value, field)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def payload_value(value: Any, field: str = "payload") -> str:
     """Serialize a Python value as the stored payload (compact JSON)."""
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise BadInput(field, f"cannot be stored as JSON ({exc})") from None
     try:
