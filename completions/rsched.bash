@@ -13,14 +13,14 @@ _rsched_subcommands() {
 _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version --help' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --format --json --help' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --wait-replicas --wait-replicas-timeout --format --json --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --namespace --format --json --help' ;;
     'rsched cancel') echo '--queue --format --json --help' ;;
     'rsched crons') echo '--format --json --help' ;;
     'rsched dead') echo '--queue --limit --format --json --help' ;;
     'rsched demo') echo '--seconds --tasks --use-configured-redis --format --json --help' ;;
     'rsched doctor') echo '--format --json --help' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --help' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json --help' ;;
     'rsched locks') echo '--format --json --help' ;;
@@ -33,7 +33,7 @@ _rsched_options() {
     'rsched retry') echo '--queue --all --format --json --help' ;;
     'rsched run') echo '--help' ;;
     'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --burst --help' ;;
-    'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --help' ;;
+    'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
@@ -48,14 +48,14 @@ _rsched_options() {
 _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --format' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --namespace --format' ;;
     'rsched cancel') echo '--queue --format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
     'rsched demo') echo '--seconds --tasks --format' ;;
     'rsched doctor') echo '--format' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
     'rsched locks') echo '--format' ;;
@@ -67,7 +67,7 @@ _rsched_value_options() {
     'rsched resume') echo '--queue' ;;
     'rsched retry') echo '--queue --format' ;;
     'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace' ;;
-    'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost' ;;
+    'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server start') echo '--dir --port --password-file --flavour --format' ;;

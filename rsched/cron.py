@@ -50,6 +50,7 @@ from rsched.timeutil import iso, parse_duration
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
+    from rsched.replication import WaitPolicy
 
 CONCURRENCY = ("forbid", "allow", "replace")
 MISFIRE = ("skip", "run-once")
@@ -254,9 +255,11 @@ class CronRunner:
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
         debug: Callable[[str], None] | None = None,
+        wait: WaitPolicy | None = None,
     ):
         self.rs = rs
         self.spec = spec
+        self.wait = wait  # --wait-replicas: WAIT after each tick claim
         self.k = rs.keys.cron(spec.name)
         self.stop = stop or threading.Event()
         self.log = log or (lambda _m: None)
@@ -276,7 +279,10 @@ class CronRunner:
     # --- Redis calls (each also measures the server clock) ------------------------
     def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         t0 = time.time()
-        res = self.rs.scripts(name, keys, args)
+        if self.wait and name in ("cron-tick-7", "cron-shard-7"):
+            res = self._claim_and_wait(name, keys, args)
+        else:
+            res = self.rs.scripts(name, keys, args)
         t1 = time.time()
         self.commands += 1
         self._last_contact = time.monotonic()
@@ -286,6 +292,20 @@ class CronRunner:
             and name in ("cron-tick-7", "cron-shard-7", "cron-heartbeat-1")
         ):
             self.clock.observe(int(res[1]), t0, t1)
+        return res
+
+    def _claim_and_wait(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """A tick claim and WAIT on one connection; a shortfall is logged, the job runs."""
+        from rsched.replication import script_and_wait
+
+        assert self.wait is not None
+        res, acked = script_and_wait(self.rs, name, keys, args, self.wait)
+        won = str(res[0]) == "run" if name == "cron-tick-7" else len(res) > 2
+        short = (
+            self.wait.shortfall(acked, f"cron {self.spec.name}: the tick claim") if won else None
+        )
+        if short:
+            self.log(f"rsched: warning: {short}; running the job anyway")
         return res
 
     def _heartbeat(self) -> None:
@@ -759,9 +779,10 @@ def run_runners(
     stop: threading.Event,
     log: Callable[[str], None],
     debug: Callable[[str], None] | None = None,
+    wait: WaitPolicy | None = None,
 ) -> list[CronRunner]:
     """Run one runner thread per spec until ``stop`` is set; returns the runners when all ended."""
-    runners = [CronRunner(rs, sp, stop, log, debug) for sp in specs]
+    runners = [CronRunner(rs, sp, stop, log, debug, wait) for sp in specs]
     threads = [
         threading.Thread(target=r.run, name=f"rsched-cron-{r.spec.name}", daemon=True)
         for r in runners

@@ -17,12 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rsched import cronexpr, errors, proc, validate
+from rsched import cronexpr, errors, proc, replication, validate
 from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Holder, Watchdog, _dumps, _int, new_owner_id
 from rsched.timeutil import iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
+    from rsched.replication import WaitPolicy
 
 IF_LOCKED = ("skip", "wait", "fail")
 ON_LOCK_LOST = ("kill", "continue")
@@ -77,6 +78,8 @@ def run_exec(
     on_lock_lost: str = "kill",
     grace_s: float = 5.0,
     log: Callable[[str], None] | None = None,
+    wait: WaitPolicy | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> ExecOutcome:
     """Run ``command`` under lock ``name``; see the module doc. Input is checked
     before anything is written to Redis."""
@@ -147,6 +150,16 @@ def run_exec(
         }
     )
     say(f"lock {name!r} acquired with fencing token {token}")
+    if wait:  # before the watchdog: this thread's write was the last on its connection
+        short: str | None
+        try:
+            acked = replication.wait(rs.redis, wait)
+        except errors.RschedError as exc:
+            short = f"WAIT for replicas failed ({exc})"
+        else:
+            short = wait.shortfall(acked, f"lock {name!r} (fencing token {token})")
+        if short:
+            (warn or say)(f"rsched: warning: {short}; running the command anyway")
     child = proc.Child(argv, env=env)
     lost = threading.Event()
 

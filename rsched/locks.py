@@ -137,6 +137,12 @@ class Lock:
 
     ``wait``: seconds to wait for a busy lock (``None``/0: fail at once with
     :class:`~rsched.errors.LockHeld`; ``float('inf')``: wait forever).
+
+    ``wait_replicas``: after acquiring, ``WAIT`` (up to ``wait_replicas_timeout_ms``)
+    until that many replicas have the lock, so that a failover right after is
+    less likely to forget it (default: the settings' ``redis.wait_replicas``).
+    :attr:`replicas_acked` says how many did; a shortfall does not release the
+    lock (compare it with ``wait_replicas`` if it matters to you).
     """
 
     def __init__(
@@ -148,7 +154,11 @@ class Lock:
         wait: float | None = None,
         watchdog: bool = True,
         on_lost: Callable[[str], None] | None = None,
+        wait_replicas: int | None = None,
+        wait_replicas_timeout_ms: int | None = None,
     ):
+        from rsched import replication
+
         validate.name(name, "lock name")
         if ttl_ms < MIN_TTL_MS:
             raise errors.BadInput("--ttl", f"must be at least {MIN_TTL_MS}ms")
@@ -163,6 +173,8 @@ class Lock:
         self._use_watchdog = watchdog
         self._on_lost = on_lost
         self._watchdog: Watchdog | None = None
+        self.wait_policy = replication.policy(rs, wait_replicas, wait_replicas_timeout_ms)
+        self.replicas_acked: int | None = None
 
     @property
     def lost(self) -> threading.Event:
@@ -170,11 +182,16 @@ class Lock:
 
     def try_acquire(self) -> int | Holder:
         ident = self.rs.identity()
-        res = self.rs.scripts(
-            "lock-acquire-2",
-            [self.keys.lock, self.keys.fence],
-            [self.owner, self.ttl_ms, ident["host"], ident["pid"]],
-        )
+        keys = [self.keys.lock, self.keys.fence]
+        args = [self.owner, self.ttl_ms, ident["host"], ident["pid"]]
+        if self.wait_policy:
+            from rsched.replication import script_and_wait
+
+            res, self.replicas_acked = script_and_wait(
+                self.rs, "lock-acquire-2", keys, args, self.wait_policy
+            )
+        else:
+            res = self.rs.scripts("lock-acquire-2", keys, args)
         if int(res[0]) == 1:
             self.token = int(res[1])
             self.acquired_ms = int(res[2])

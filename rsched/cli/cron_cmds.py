@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.cli.render import record, table
 from rsched.errors import BadInput, ConfigError
 from rsched.timeutil import human_duration, parse_duration, show
@@ -65,6 +65,7 @@ def _dur(value: str | None, field: str) -> int | None:
     show_default=True,
     help="When the lease is lost: stop CMD (SIGTERM, then SIGKILL) or let it run.",
 )
+@wait_replicas_options
 @_CMD
 @pass_app
 @click.pass_context
@@ -79,6 +80,8 @@ def exec_cmd(
     wait_timeout: str | None,
     timeout: str | None,
     on_lock_lost: str,
+    wait_replicas: int | None,
+    wait_replicas_timeout: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Run CMD on at most one host at a time (per tick with --once-per).
@@ -103,6 +106,7 @@ def exec_cmd(
     to = _dur(timeout, "--timeout")
     if wait_timeout is not None and if_locked != "wait":
         raise BadInput("--wait-timeout", "only applies with --if-locked wait")
+    pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     out = run_exec(
         app.rs,
         lock,
@@ -115,6 +119,8 @@ def exec_cmd(
         timeout_ms=to,
         on_lock_lost=on_lock_lost,
         log=app.debug,
+        wait=pol,
+        warn=app.info,
     )
     if out.status == "ran" and out.note:
         app.info(f"rsched: error: {out.note}")
@@ -178,6 +184,7 @@ def exec_cmd(
     show_default=True,
     help="When the run lock is lost: stop the job, or let it run.",
 )
+@wait_replicas_options
 @_CMD
 @pass_app
 def run_cron(
@@ -195,6 +202,8 @@ def run_cron(
     shards: int | None,
     broadcast: bool,
     on_lock_lost: str,
+    wait_replicas: int | None,
+    wait_replicas_timeout: str | None,
     command: tuple[str, ...],
 ) -> None:
     """Lock-guarded cron runner: each tick fires exactly once across all runners.
@@ -209,6 +218,7 @@ def run_cron(
     """
     from rsched import cron
 
+    pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     if all_:
         if name or schedule or command:
             raise BadInput(
@@ -268,7 +278,7 @@ def run_cron(
             + (", broadcast" if sp.broadcast else "")
         )
     log = app.info if not app.quiet else (lambda _m: None)
-    cron.run_runners(rs, specs, stop, log, app.debug)
+    cron.run_runners(rs, specs, stop, log, app.debug, wait=pol)
 
 
 # --- locks / unlock ------------------------------------------------------------------------

@@ -145,6 +145,40 @@ def output_options(f: Any) -> Any:
     return f
 
 
+def wait_replicas_options(f: Any) -> Any:
+    """``--wait-replicas N`` / ``--wait-replicas-timeout DUR`` (defaults: ``[redis]
+    wait_replicas`` / ``wait_replicas_timeout``); see :mod:`rsched.replication`."""
+    f = click.option(
+        "--wait-replicas-timeout",
+        "wait_replicas_timeout",
+        metavar="DUR",
+        help="How long --wait-replicas waits [default: redis.wait_replicas_timeout, else 1s].",
+    )(f)
+    f = click.option(
+        "--wait-replicas",
+        "wait_replicas",
+        type=click.IntRange(0, 1000),
+        metavar="N",
+        help="After the write, WAIT until N replicas have it (narrows what a failover "
+        "can lose) [default: redis.wait_replicas, else 0].",
+    )(f)
+    return f
+
+
+def wait_policy(app: App, replicas: int | None, timeout: str | None) -> Any:
+    """The :class:`rsched.replication.WaitPolicy` of the options above (checked before connecting)."""
+    from rsched import replication
+    from rsched.timeutil import parse_duration
+
+    s = app.settings
+    return replication.WaitPolicy(
+        s.wait_replicas if replicas is None else replicas,
+        s.wait_replicas_timeout_ms
+        if timeout is None
+        else parse_duration(timeout, "--wait-replicas-timeout"),
+    )
+
+
 pass_app = click.make_pass_decorator(App)
 
 
@@ -153,7 +187,8 @@ pass_app = click.make_pass_decorator(App)
     "--redis-url",
     envvar=None,
     metavar="URL",
-    help="redis://, rediss:// (TLS) or unix:// URL [env RSCHED_REDIS_URL, REDIS_URL; "
+    help="redis://, rediss:// (TLS), unix:// or redis+sentinel://H1:26379,H2:26379/SERVICE/DB "
+    "URL [env RSCHED_REDIS_URL, REDIS_URL; "
     "default redis://localhost:6379/0]. Keep passwords out of argv: use "
     "RSCHED_REDIS_PASSWORD or redis.password_file.",
 )

@@ -7,7 +7,7 @@ from typing import IO, Any
 import click
 
 from rsched.cli import render
-from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.errors import BadInput
 
 queue_option = click.option(
@@ -97,6 +97,7 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     metavar="FILE",
     help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts.",
 )
+@wait_replicas_options
 @output_options
 @pass_app
 def add(
@@ -112,6 +113,8 @@ def add(
     max_attempts: str | None,
     if_exists: str,
     from_file: IO[bytes] | None,
+    wait_replicas: int | None,
+    wait_replicas_timeout: str | None,
 ) -> None:
     """Schedule a task: TYPE ID, due now, --in DUR or --at TIME.
 
@@ -119,13 +122,19 @@ def add(
       rsched add --in 30m order.close 1001
       rsched add --at 2026-12-01T02:00+08:00 report.send r-77 --payload '{"to":"ops"}'
       rsched add --from tasks.jsonl
+
+    With --wait-replicas N the command then waits (Redis WAIT) until N replicas
+    have the write; if fewer acknowledge it in time, the task stays added, the
+    shortfall is reported on stderr and the exit status is 1 (adding it again is
+    harmless).
     """
     from rsched import tasks
 
+    pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     if from_file is not None:
         if task_type or task_id:
             raise BadInput("--from", "give either TYPE ID or --from FILE, not both")
-        _add_from(app, from_file, if_exists)
+        _add_from(app, from_file, if_exists, pol)
         return
     if not task_type or not task_id:
         raise BadInput("TYPE ID", "both are required (or use --from FILE)")
@@ -149,11 +158,32 @@ def add(
     rs = _oneshot(app)
     res = tasks.add(rs, task_type, task_id, if_exists=if_exists, **spec_kw)
     now = rs.now_ms()
+    extra: dict[str, Any] = {"status": res.status}
+    if pol:
+        extra["replicas_acked"] = _wait(rs, pol)
     if res.status == "kept" and app.fmt != "json":
         app.info(
             f"task {task_type} {task_id} already exists in queue {queue}; kept it (--if-exists replace to reschedule)"
         )
-    _task_record(app, res.task, now, {"status": res.status})
+    _task_record(app, res.task, now, extra)
+    _short(pol, extra.get("replicas_acked"), f"task {task_type} {task_id}")
+
+
+def _wait(rs: Any, pol: Any) -> int:
+    from rsched import replication
+
+    return replication.wait(rs.redis, pol)
+
+
+def _short(pol: Any, acked: int | None, what: str) -> None:
+    """Exit 1 (after the output) when fewer replicas than asked acknowledged the write."""
+    from rsched import replication
+
+    if acked is None:
+        return
+    msg = pol.shortfall(acked, what)
+    if msg:
+        raise replication.ReplicasShort(msg, acked, pol.replicas)
 
 
 def _oneshot(app: App) -> Any:
@@ -166,7 +196,7 @@ def _oneshot(app: App) -> Any:
     return Rsched(connect_oneshot(s), s.namespace, settings=s)
 
 
-def _add_from(app: App, fh: IO[bytes], if_exists: str) -> None:
+def _add_from(app: App, fh: IO[bytes], if_exists: str, pol: Any) -> None:
     from rsched import tasks
 
     progress = None
@@ -188,10 +218,15 @@ def _add_from(app: App, fh: IO[bytes], if_exists: str) -> None:
     finally:
         if progress is not None:
             progress.stop()
+    acked = None
+    if pol and sum(counts.values()):
+        # The last batch's connection is the pool's most recently released one.
+        acked = _wait(app.rs, pol)
     if app.fmt == "json":
-        render.emit_json(counts)
+        render.emit_json(counts if acked is None else {**counts, "replicas_acked": acked})
     else:
         click.echo(f"added {counts['added']}, kept {counts['kept']}, replaced {counts['replaced']}")
+    _short(pol, acked, f"{sum(counts.values())} tasks")
 
 
 @click.command()
