@@ -316,3 +316,83 @@ def test_kill9_of_the_master_is_survived_by_the_same_consumer_and_producer(
 @pytest.mark.slow
 def test_kill9_of_the_master_soak(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path) -> None:
     _failover(sentinel_set, scli, tmp_path, seconds_after=20.0)
+
+
+# ----------------------------------------------------------------------------- URL and config
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts", "service", "db", "tls"),
+    [
+        ("redis+sentinel://a:26380,b/mymaster", (("a", 26380), ("b", 26379)), "mymaster", 0, False),
+        ("rediss+sentinel://[::1]:5000,h:1/svc/3", (("::1", 5000), ("h", 1)), "svc", 3, True),
+        ("redis+sentinel://u:p%40ss@h:26379/s/", (("h", 26379),), "s", 0, False),
+    ],
+)
+def test_sentinel_url_forms(
+    url: str, hosts: tuple[tuple[str, int], ...], service: str, db: int, tls: bool
+) -> None:
+    from rsched.config import parse_sentinel_url
+
+    t = parse_sentinel_url(url)
+    assert (t.sentinels, t.service, t.db, t.tls) == (hosts, service, db, tls)
+    if "u:" in url:
+        assert (t.username, t.password) == ("u", "p@ss")
+        assert "p%40ss" not in repr(t) and "p@ss" not in repr(t)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis+sentinel://h:26379", "SERVICE"),
+        ("redis+sentinel://h:26379/s/x", "not a whole number"),
+        ("redis+sentinel://h:0/s", "valid port"),
+        ("redis+sentinel://:99/s", "no host"),
+        ("redis+sentinel://h/s/0/extra", "SERVICE"),
+    ],
+)
+def test_bad_sentinel_urls_are_configuration_errors(url: str, says: str) -> None:
+    from rsched.config import resolve
+    from rsched.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=says):
+        resolve(redis_url=url)
+
+
+def test_sentinel_config_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rsched.config import resolve
+    from rsched.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "rsched.toml"
+    (tmp_path / "s.pass").write_text("sentinel-pw\n")
+    cfg.write_text(
+        '[redis]\nsentinels = ["10.0.0.1:26379", "10.0.0.2"]\nsentinel_service = "svc"\n'
+        f'sentinel_password_file = "{tmp_path / "s.pass"}"\n'
+    )
+    s = resolve()
+    assert s.redis_url == "redis+sentinel://10.0.0.1:26379,10.0.0.2/svc/0"
+    assert s.sentinel_password == "sentinel-pw" and "sentinel-pw" not in repr(s)
+    assert resolve(redis_url="redis://other:6379/0").redis_url == "redis://other:6379/0"
+    cfg.write_text('[redis]\nsentinels = ["h:1"]\n')
+    with pytest.raises(ConfigError, match="sentinel_service"):
+        resolve()
+    cfg.write_text('[redis]\nsentinels = ["h:1"]\nsentinel_service = "s"\nurl = "redis://h"\n')
+    with pytest.raises(ConfigError, match="not both"):
+        resolve()
+    cfg.write_text('[redis]\nsentinels = "h:1"\nsentinel_service = "s"\n')
+    with pytest.raises(ConfigError, match="list"):
+        resolve()
+    cfg.write_text('[redis]\nsentinel_service = "s"\n')
+    with pytest.raises(ConfigError, match="needs redis.sentinels"):
+        resolve()
+
+
+def test_redaction_of_sentinel_urls() -> None:
+    from rsched.config import redact_url
+
+    assert (
+        redact_url("redis+sentinel://u:pw@h1:26379,h2:26379/m/0")
+        == "redis+sentinel://u:***@h1:26379,h2:26379/m/0"
+    )
+    assert redact_url("rediss+sentinel://:pw@h1/m") == "rediss+sentinel://:***@h1/m"
