@@ -32,7 +32,7 @@ _rsched_options() {
     'rsched resume') echo '--queue --help' ;;
     'rsched retry') echo '--queue --all --format --json --help' ;;
     'rsched run') echo '--help' ;;
-    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --burst --help' ;;
+    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --help' ;;
     'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
@@ -66,7 +66,7 @@ _rsched_value_options() {
     'rsched requeue-stale') echo '--queue --format' ;;
     'rsched resume') echo '--queue' ;;
     'rsched retry') echo '--queue --format' ;;
-    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace' ;;
+    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions' ;;
     'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;

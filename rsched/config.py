@@ -65,7 +65,16 @@ _REDIS_KEYS = {
 }
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
-_QUEUE_KEYS = {"lease", "max_attempts", "timeout", "backoff", "backoff_max", "concurrency", "grace"}
+_QUEUE_KEYS = {
+    "lease",
+    "max_attempts",
+    "timeout",
+    "backoff",
+    "backoff_max",
+    "concurrency",
+    "grace",
+    "partitions",
+}
 _TOP_KEYS = {"redis", "queues", "handlers", "cron", "exec"}
 
 
@@ -253,6 +262,8 @@ class Settings:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_insecure: bool = False
+    #: Redis Cluster: True, False, or None to ask the server when connecting.
+    cluster: bool | None = None
     sentinel_username: str | None = None
     sentinel_password: str | None = field(default=None, repr=False)
     #: After adds and lock acquisitions, WAIT for this many replicas (0: don't).
@@ -278,6 +289,25 @@ class Settings:
     @property
     def crons(self) -> dict[str, dict[str, Any]]:
         return dict(self.file.get("cron", {}))
+
+
+def _cluster_setting(env: str | None, value: Any, path: Path | None) -> bool | None:
+    """``RSCHED_REDIS_CLUSTER`` / ``[redis] cluster``: true, false or "auto" (None)."""
+    if env:
+        value = env
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", ""):
+        return None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    where = "RSCHED_REDIS_CLUSTER" if env else f"config {path}: redis.cluster"
+    raise ConfigError(f'{where}: {value!r} must be true, false or "auto"')
 
 
 def resolve(
@@ -362,12 +392,13 @@ def resolve(
     s.tls_cert = os.environ.get("RSCHED_TLS_CERT") or r.get("tls_cert")
     s.tls_key = os.environ.get("RSCHED_TLS_KEY") or r.get("tls_key")
     s.tls_insecure = bool(r.get("tls_insecure", False))
+    s.cluster = _cluster_setting(os.environ.get("RSCHED_REDIS_CLUSTER"), r.get("cluster"), path)
     scheme = urlsplit(s.redis_url).scheme
     if scheme in SENTINEL_SCHEMES:
         parse_sentinel_url(s.redis_url)  # refuse a malformed one before connecting
-    elif scheme not in ("redis", "rediss", "unix"):
+    elif scheme not in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         raise ConfigError(
             f"--redis-url: {redact_url(s.redis_url)!r} must start with redis://, rediss://, "
-            "unix:// or redis+sentinel://"
+            "unix://, redis+sentinel:// or (Redis Cluster) redis+cluster://"
         )
     return s

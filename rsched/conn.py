@@ -4,6 +4,7 @@ one-shot commands the small :mod:`rsched.resp` client (no redis-py import)."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from rsched.config import Settings
@@ -21,6 +22,11 @@ def connect(
 
     With ``check`` it PINGs once, so an unreachable server or a refused password
     surfaces here as :class:`RedisUnavailable` (exit 69) within the connect timeout.
+
+    Redis Cluster: a ``redis+cluster://`` (``rediss+cluster://``) URL or
+    ``[redis] cluster = true`` gives a :class:`redis.cluster.RedisCluster`; with
+    ``cluster = "auto"`` (the default) the check asks the server (``HELLO``)
+    and switches to the cluster client when it says ``mode cluster``.
     """
     import redis
     from redis.backoff import NoBackoff
@@ -49,18 +55,137 @@ def connect(
             kwargs["ssl_check_hostname"] = False
     if settings.redis_url.startswith(SENTINEL_PREFIXES):
         return connect_sentinel(settings, kwargs, check)
+    mode = cluster_mode(settings)
+    url = plain_url(settings.redis_url)
+    if mode is True:
+        return _connect_cluster(settings, url, kwargs, check)
     try:
-        client = redis.Redis.from_url(settings.redis_url, **kwargs)
+        client = redis.Redis.from_url(url, **kwargs)
     except ValueError as exc:
         raise RedisUnavailable(f"--redis-url {settings.safe_url}: {exc}") from None
+    if check:
+        try:
+            enabled = _cluster_enabled(client) if mode is None else False
+        except redis.RedisError as exc:
+            err = map_error(exc)
+            where = settings.safe_url
+            raise RedisUnavailable(f"cannot use Redis at {where}: {_short(err)}") from None
+        if enabled:
+            try:
+                cluster = _connect_cluster(settings, url, kwargs, check)
+            except RedisUnavailable:
+                # A node of a cluster that is down (slots not covered, ...): the
+                # node itself answers, with CLUSTERDOWN for data, and `doctor`
+                # can say what is wrong.
+                return client
+            client.close()
+            return cluster
+    return client
+
+
+def cluster_mode(settings: Settings) -> bool | None:
+    """True (cluster client), False (never), None (ask the server when connecting)."""
+    if settings.redis_url.split("://", 1)[0].endswith("+cluster"):
+        return True
+    return settings.cluster
+
+
+def plain_url(url: str) -> str:
+    """``redis+cluster://h:p`` -> ``redis://h:p`` (what redis-py parses)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.endswith("+cluster"):
+        return scheme[: -len("+cluster")] + "://" + rest
+    return url
+
+
+def _cluster_enabled(client: Any) -> bool:
+    """Whether the server is a cluster node: ``HELLO`` says ``mode cluster`` (a
+    connection command every rsched ACL user may run; without arguments it keeps
+    the connection's protocol)."""
+    import redis
+
+    try:
+        reply = client.execute_command("HELLO")
+    except redis.ResponseError:  # a server without HELLO: not a cluster rsched supports
+        client.ping()
+        return False
+    return hello_mode(reply) == "cluster"
+
+
+def hello_mode(reply: Any) -> str | None:
+    """The ``mode`` of a ``HELLO`` reply (a RESP2 list of pairs, or a dict)."""
+    if isinstance(reply, dict):
+        value = reply.get("mode", reply.get(b"mode"))
+    elif isinstance(reply, list | tuple):
+        pairs = dict(zip(reply[0::2], reply[1::2], strict=False))
+        value = pairs.get("mode", pairs.get(b"mode"))
+    else:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _connect_cluster(settings: Settings, url: str, kwargs: dict[str, Any], check: bool) -> Any:
+    """A :class:`redis.cluster.RedisCluster` from the URL's node (the others are
+    discovered). Its only retries are the ones a cluster needs: following
+    ``MOVED``/``ASK`` and, when a node is unreachable, refreshing the slot map
+    and trying the slot's new primary (a failover), a bounded number of times."""
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.cluster import RedisCluster
+    from redis.retry import Retry
+
+    kw = dict(kwargs)
+    kw.pop("client_name", None)
+    kw.pop("db", None)
+    # A failover takes about cluster-node-timeout plus an election: retry a
+    # connection error with backoff for up to ~10 s, refreshing the slot map.
+    kw["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), 12)
+    try:
+        client = RedisCluster.from_url(url, **kw)
+    except ValueError as exc:
+        raise RedisUnavailable(f"--redis-url {settings.safe_url}: {exc}") from None
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        err = map_error(exc)
+        raise RedisUnavailable(
+            f"cannot use Redis Cluster at {settings.safe_url}: {_short(err)}"
+        ) from None
+    client._rsched_clone_kwargs = (url, kw)  # for cluster_clone()
     if check:
         try:
             client.ping()
         except redis.RedisError as exc:
             err = map_error(exc)
-            where = settings.safe_url
-            raise RedisUnavailable(f"cannot use Redis at {where}: {_short(err)}") from None
+            raise RedisUnavailable(
+                f"cannot use Redis Cluster at {settings.safe_url}: {_short(err)}"
+            ) from None
     return client
+
+
+def cluster_clone(client: Any, *, socket_timeout: float) -> Any:
+    """Another cluster client to the same cluster, with its own connections and
+    ``socket_timeout`` (the consumer's blocking wake-up listeners)."""
+    from redis.cluster import RedisCluster
+
+    made = getattr(client, "_rsched_clone_kwargs", None)
+    if made is not None:
+        url, kw = made
+        return RedisCluster.from_url(url, **{**kw, "socket_timeout": socket_timeout})
+    # A client the library user built: its nodes and plain connection options.
+    kw = {
+        k: v
+        for k, v in client.nodes_manager.connection_kwargs.items()
+        if k not in ("redis_connect_func", "oss_cluster_maint_notifications_handler")
+        and not k.startswith("_")
+    }
+    kw["socket_timeout"] = socket_timeout
+    nodes = list(client.nodes_manager.startup_nodes.values())
+    return RedisCluster(startup_nodes=nodes, **kw)
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a redis-py cluster client (or its pipeline)."""
+    rc = sys.modules.get("redis.cluster")
+    return rc is not None and isinstance(client, rc.RedisCluster)
 
 
 SENTINEL_PREFIXES = ("redis+sentinel://", "rediss+sentinel://")
@@ -133,8 +258,9 @@ def connect_oneshot(settings: Settings) -> Any:
     """
     from rsched.resp import LiteRedis, parse_url
 
+    mode = cluster_mode(settings)
     opts = None if os.environ.get("RSCHED_REDIS_PY") == "1" else parse_url(settings.redis_url)
-    if opts is None:
+    if opts is None or mode is True:
         return connect(settings)
     # As redis-py's from_url: what the URL says wins over the other settings.
     client = LiteRedis(
@@ -146,6 +272,7 @@ def connect_oneshot(settings: Settings) -> Any:
         password=opts["password"] or settings.password,
         connect_timeout=settings.connect_timeout_s,
         socket_timeout=settings.socket_timeout_s,
+        probe_cluster=mode is None,
     )
     try:
         client.connect()
@@ -154,6 +281,10 @@ def connect_oneshot(settings: Settings) -> Any:
         if err is exc:
             raise
         raise RedisUnavailable(f"cannot use Redis at {settings.safe_url}: {_short(err)}") from None
+    if client.cluster_enabled:  # a cluster node: redis-py's cluster client routes by slot
+        client.close()
+        settings.cluster = True
+        return connect(settings)
     return client
 
 

@@ -60,8 +60,11 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from rsched import partitions as _partitions
 from rsched import systemd, validate
+from rsched.conn import cluster_clone, is_cluster
 from rsched.errors import BadInput, ConfigError, RedisUnavailable
+from rsched.keys import logical_queue as _logical_queue
 from rsched.keys import member as make_member
 from rsched.proc import Child, child_env, split_command
 from rsched.scripts import map_error
@@ -488,6 +491,7 @@ class Consumer:
         grace_ms: Any = None,
         burst: bool = False,
         *,
+        partitions: int | None = None,
         log: Callable[[str], None] | None = None,
         verbose: int = 0,
         quiet: bool = False,
@@ -516,6 +520,9 @@ class Consumer:
             grace_ms = _from_config(rs.settings, first, "grace", _ms)
         self.grace_ms = DEFAULT_GRACE_MS if grace_ms is None else _ms(grace_ms, "--grace")
         self.queues: list[_QueueState] = []
+        stored: dict[str, list[str]] = {}
+        for q in names:  # a partitioned queue: every partition, each a queue of its own
+            stored[q] = _partitions.names(rs, q, partitions)
         for q in names:
             opts = queue_options(
                 rs.settings,
@@ -526,7 +533,8 @@ class Consumer:
                 backoff_ms=backoff_ms,
                 backoff_max_ms=backoff_max_ms,
             )
-            self.queues.append(_QueueState(q, rs.keys.queue(q), opts))
+            for name in stored[q]:
+                self.queues.append(_QueueState(name, rs.keys.queue(name), opts))
         self._by_name = {qs.name: qs for qs in self.queues}
         self.burst = bool(burst)
         self.verbose = verbose
@@ -556,7 +564,7 @@ class Consumer:
         self._grace_deadline = 0.0
         self._closed = False
         self._next_hb = 0.0
-        self._rr = 0
+        self._rr = random.randrange(len(self.queues))  # consumers start on different partitions
         self._waker_client: redis.Redis | None = None
         self._waker: threading.Thread | None = None
         self._waker_armed = threading.Event()
@@ -671,16 +679,31 @@ class Consumer:
             t = threading.Thread(target=self._worker, name=f"rsched-worker-{i}", daemon=True)
             t.start()
             self._workers.append(t)
-        pool = self.rs.redis.connection_pool
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["socket_timeout"] = IDLE_CAP_MS / 1000.0 + 10.0  # longer than any block
-        self._waker_client = redis.Redis(
-            connection_pool=redis.ConnectionPool(
-                connection_class=pool.connection_class, max_connections=2, **kwargs
+        keys = [qs.keys.wake for qs in self.queues]
+        block_s = IDLE_CAP_MS / 1000.0 + 10.0  # longer than any block
+        if is_cluster(self.rs.redis):
+            # A multi-key BZPOPMIN must stay in one slot: one listener per slot
+            # (per queue partition), all on one cluster client of their own.
+            self._waker_client = cluster_clone(self.rs.redis, socket_timeout=block_s)
+            by_slot: dict[int, list[str]] = {}
+            for k in keys:
+                by_slot.setdefault(self._waker_client.keyslot(k), []).append(k)
+            groups = list(by_slot.values())
+        else:
+            pool = self.rs.redis.connection_pool
+            kwargs = dict(pool.connection_kwargs)
+            kwargs["socket_timeout"] = block_s
+            self._waker_client = redis.Redis(
+                connection_pool=redis.ConnectionPool(
+                    connection_class=pool.connection_class, max_connections=2, **kwargs
+                )
             )
-        )
-        self._waker = threading.Thread(target=self._wake_loop, name="rsched-waker", daemon=True)
-        self._waker.start()
+            groups = [keys]
+        for i, group in enumerate(groups):
+            name = "rsched-waker" if len(groups) == 1 else f"rsched-waker-{i}"
+            t = threading.Thread(target=self._wake_loop, args=(group,), name=name, daemon=True)
+            t.start()
+            self._waker = self._waker or t
 
     def _stop_waker(self) -> None:
         """No more BZPOPMIN: a stopping consumer must not swallow a wake-up (such as the one
@@ -689,7 +712,10 @@ class Consumer:
         self._waker_armed.set()
         if self._waker_client is not None:
             try:  # shuts the socket down under a blocked BZPOPMIN
-                self._waker_client.connection_pool.disconnect()
+                if is_cluster(self._waker_client):
+                    self._waker_client.disconnect_connection_pools()
+                else:
+                    self._waker_client.connection_pool.disconnect()
             except Exception:  # noqa: BLE001
                 pass
 
@@ -699,10 +725,10 @@ class Consumer:
             self._work.put(None)
         systemd.stopping()
 
-    def _wake_loop(self) -> None:
-        """Block on the wake markers of every watched queue; poke the main loop when one pops."""
+    def _wake_loop(self, keys: list[str]) -> None:
+        """Block on the wake markers ``keys`` (every watched queue, or on a cluster
+        those of one slot); poke the main loop when one pops."""
         assert self._waker_client is not None
-        keys = [qs.keys.wake for qs in self.queues]
         delay = 0.1
         while not self._closed:
             self._waker_armed.wait()
@@ -768,7 +794,7 @@ class Consumer:
         opts = self._by_name[task.queue].opts
         env = child_env(
             {
-                "RSCHED_QUEUE": task.queue,
+                "RSCHED_QUEUE": _logical_queue(task.queue),
                 "RSCHED_TASK_TYPE": task.type,
                 "RSCHED_TASK_ID": task.id,
                 "RSCHED_ATTEMPT": str(task.attempt),

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from rsched.conn import is_cluster
+
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
 
@@ -396,7 +398,10 @@ class Doctor:
         except redis.ResponseError:
             user = "(no ACLs)"
         key = f"{self.ns}:{{q:__doctor__}}:probe"
-        pool = self.r.connection_pool
+        if is_cluster(self.r):  # the probe key's primary
+            pool = self.r.get_redis_connection(self.r.get_node_from_key(key)).connection_pool
+        else:
+            pool = self.r.connection_pool
         conn = pool.get_connection()
         denied: list[str] = []
         keys_denied: list[str] = []

@@ -30,6 +30,12 @@ Lua script touching them works on Redis Cluster:
     {ns}:{l:NAME}:history      STREAM `exec` execution records
 
     {ns}:queues, {ns}:crons, {ns}:locks  registries (SETs) of known names, for listings
+    {ns}:queue-config          HASH  queue -> partition count (written on first use)
+
+A partitioned queue (``partitions = N``) is N queues of the layout above, one
+per hash tag ``{q:QUEUE#0}`` ... ``{q:QUEUE#N-1}`` (``#`` is not allowed in a
+queue name, so a partition never collides with a queue), spread over the
+cluster's primaries; a task lives in partition ``crc32("TYPE ID") % N``.
 
 A TYPE never contains whitespace and an ID never does either, so "TYPE ID" is
 an unambiguous member.
@@ -47,6 +53,30 @@ def member(task_type: str, task_id: str) -> str:
 def split_member(m: str) -> tuple[str, str]:
     t, _, i = m.partition(" ")
     return t, i
+
+
+#: Separates a queue's name from its partition number in a partition's name.
+PARTITION_SEP = "#"
+
+
+def partition_name(queue: str, index: int) -> str:
+    """The name of partition ``index`` of ``queue`` (its keys' hash tag)."""
+    return f"{queue}{PARTITION_SEP}{index}"
+
+
+def logical_queue(name: str) -> str:
+    """``orders#3`` -> ``orders``; a queue's own name unchanged."""
+    return name.split(PARTITION_SEP, 1)[0]
+
+
+def partition_index(task_type: str, task_id: str, partitions: int) -> int:
+    """The partition of a task: a stable hash of its identity (CRC-32, the same in
+    every process and language, unlike Python's ``hash``)."""
+    import zlib
+
+    if partitions <= 1:
+        return 0
+    return zlib.crc32(member(task_type, task_id).encode("utf-8")) % partitions
 
 
 @dataclass(frozen=True)
@@ -191,6 +221,11 @@ class Keys:
     @property
     def crons(self) -> str:
         return f"{self.ns}:crons"
+
+    @property
+    def queue_config(self) -> str:
+        """HASH queue name -> partition count, agreed by every producer and consumer."""
+        return f"{self.ns}:queue-config"
 
     @property
     def locks(self) -> str:

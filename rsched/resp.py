@@ -91,8 +91,13 @@ class LiteRedis:
         password: str | None = None,
         connect_timeout: float = 3.0,
         socket_timeout: float = 10.0,
+        probe_cluster: bool = False,
     ):
         self.host, self.port, self.path, self.db = host, port, path, db
+        #: With probe_cluster, connect() also sends HELLO 2 (same round trip)
+        #: and sets cluster_enabled: the caller switches to redis-py's cluster client.
+        self.probe_cluster = probe_cluster
+        self.cluster_enabled = False
         self.username, self.password = username, password
         self.connect_timeout, self.socket_timeout = connect_timeout, socket_timeout
         self._sock: socket.socket | None = None
@@ -132,7 +137,16 @@ class LiteRedis:
             hello.append(("SELECT", self.db))
         if ping:
             hello.append(("PING",))
-        for reply in self._roundtrip(hello):
+        probe = ping and self.probe_cluster
+        if probe:
+            hello.append(("HELLO", "2"))  # "mode": "cluster" on a cluster node
+        replies = self._roundtrip(hello)
+        if probe:
+            info = replies.pop()  # an error (no HELLO) means: assume a single server
+            if isinstance(info, list):
+                pairs = dict(zip(info[0::2], info[1::2], strict=False))
+                self.cluster_enabled = pairs.get("mode") == "cluster"
+        for reply in replies:
             if isinstance(reply, RespError):
                 self.close()
                 raise reply

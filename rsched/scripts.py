@@ -135,7 +135,12 @@ def _is_pipeline(client: Any) -> bool:
     if isinstance(client, LitePipeline):
         return True
     rp = sys.modules.get("redis")
-    return rp is not None and isinstance(client, rp.client.Pipeline)
+    if rp is None:
+        return False
+    if isinstance(client, rp.client.Pipeline):
+        return True
+    rc = sys.modules.get("redis.cluster")
+    return rc is not None and isinstance(client, rc.ClusterPipeline)
 
 
 class Scripts:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rsched import keys as K
+from rsched import partitions as P
 from rsched import validate
 from rsched.errors import BadInput, Conflict, NotFound
 from rsched.timeutil import iso, parse_duration, parse_time
@@ -301,8 +302,10 @@ def add(
     """Schedule one task. ``delay`` (ms or "30m") or ``at`` (epoch ms, ISO text,
     aware datetime); neither = due now. Existing task: ``if_exists``."""
     _check_if_exists(if_exists)
+    want = kw.pop("partitions", None)
     spec = make_spec(task_type, task_id, **kw)
-    flat = rs.scripts("add-5", _queue_keys(rs, spec.queue), [if_exists, "tasks", *_args(spec)])
+    stored = P.of_task(rs, spec.queue, spec.type, spec.id, want)
+    flat = rs.scripts("add-5", _queue_keys(rs, stored), [if_exists, "tasks", *_args(spec)])
     # Registered after the script succeeded, so refused input writes nothing.
     _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, spec.queue))
     result = _results([spec], flat)[0]
@@ -319,10 +322,17 @@ def _add_calls(
     _check_if_exists(if_exists)
     by_queue: dict[str, list[TaskSpec]] = {}
     order: list[TaskSpec] = []
+    counts: dict[str, int] = {}  # partitions per queue, asked once per call
     for s in specs:
-        items = by_queue.get(s.queue)
+        n = counts.get(s.queue)
+        if n is None:
+            n = counts[s.queue] = P.count(rs, s.queue)
+        stored = (
+            s.queue if n == 1 else K.partition_name(s.queue, K.partition_index(s.type, s.id, n))
+        )
+        items = by_queue.get(stored)
         if items is None:
-            items = by_queue[s.queue] = []
+            items = by_queue[stored] = []
         items.append(s)
         order.append(s)
     if not order:
@@ -349,7 +359,7 @@ def _add_calls(
         if isinstance(r, Exception):
             raise map_error(r)
     # Registered after the scripts succeeded, so refused input writes nothing.
-    _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *by_queue))
+    _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *counts))
     return order, pairs
 
 
@@ -466,7 +476,7 @@ def cancel(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> 
     validate.task_type(task_type)
     validate.task_id(task_id)
     validate.queue(queue)
-    q = rs.keys.queue(queue)
+    q = rs.keys.queue(P.of_task(rs, queue, task_type, task_id))
     state = rs.scripts(
         "cancel-4", [q.sched, q.proc, q.dead, q.tasks], [K.member(task_type, task_id)]
     )
@@ -514,16 +524,23 @@ def show(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> Ta
     validate.task_type(task_type)
     validate.task_id(task_id)
     validate.queue(queue)
-    q = rs.keys.queue(queue)
+    q = rs.keys.queue(P.of_task(rs, queue, task_type, task_id))
     m = K.member(task_type, task_id)
     pipe = rs.redis.pipeline(transaction=False)
-    pipe.time()
+    # A cluster pipeline refuses keyless commands (TIME): ask for the time first.
+    clustered = _is_cluster(rs.redis)
+    if not clustered:
+        pipe.time()
     pipe.hget(q.tasks, m)
     pipe.zscore(q.sched, m)
     pipe.zscore(q.proc, m)
     pipe.zscore(q.dead, m)
-    (sec, usec), raw, s, p, d = _exec(pipe)
-    now = int(sec) * 1000 + int(usec) // 1000
+    if clustered:
+        now = rs.now_ms()
+        raw, s, p, d = _exec(pipe)
+    else:
+        (sec, usec), raw, s, p, d = _exec(pipe)
+        now = int(sec) * 1000 + int(usec) // 1000
     if raw is None:
         raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
     if s is not None:
@@ -537,6 +554,13 @@ def show(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> Ta
     task = _decode(rs, queue, m, raw, state, score)
     assert task is not None
     return task
+
+
+def _is_cluster(client: Any) -> bool:
+    import sys
+
+    rc = sys.modules.get("redis.cluster")  # never imported for the one-shot client
+    return rc is not None and isinstance(client, rc.RedisCluster)
 
 
 def _exec(pipe: Any) -> list[Any]:
@@ -564,6 +588,23 @@ def list_tasks(
         validate.task_type(task_type, "--type")
     if limit < 1:
         raise BadInput("--limit", f"{limit} is not a positive whole number")
+    stored = P.names(rs, queue)
+    if len(stored) > 1:  # each partition's first `limit`, merged in the same order
+        rank = {"processing": 0, "due": 1, "scheduled": 2, "dead": 3}
+        merged: list[Task] = []
+        for name in stored:
+            for t in _list_stored(rs, name, state, task_type, limit):
+                t.queue = queue
+                merged.append(t)
+        key = rank.get if state == "all" else None
+        merged.sort(key=lambda t: (key(t.state, 9) if key else 0, t.due_ms or 0))
+        return merged[:limit]
+    return _list_stored(rs, queue, state, task_type, limit)
+
+
+def _list_stored(
+    rs: Rsched, queue: str, state: str, task_type: str | None, limit: int
+) -> list[Task]:
     q = rs.keys.queue(queue)
     now = rs.now_ms()
     order = ["processing", "due", "scheduled", "dead"] if state == "all" else [state]
@@ -604,26 +645,47 @@ def known_queues(rs: Rsched) -> list[str]:
     return sorted(rs.redis.smembers(rs.keys.queues))
 
 
+def _stored_names(rs: Rsched, queues: list[str]) -> list[str]:
+    """Queues -> the stored queues behind them (partitions in order)."""
+    return [name for q in queues for name in P.names(rs, q)]
+
+
 def queue_stats(rs: Rsched, queues: list[str] | None = None) -> list[QueueStats]:
+    """One row per queue; a partitioned queue's partitions summed into its row."""
     names = queues if queues is not None else known_queues(rs)
+    stored = {name: P.names(rs, name) for name in names}
     now = rs.now_ms()
     pipe = rs.redis.pipeline(transaction=False)
     for name in names:
-        q = rs.keys.queue(name)
-        pipe.zcard(q.sched)
-        pipe.zcount(q.sched, "-inf", now)
-        pipe.zcard(q.proc)
-        pipe.zcount(q.proc, "-inf", now)
-        pipe.zcard(q.dead)
-        pipe.zrange(q.sched, 0, 0, withscores=True)
-        pipe.zrangebyscore(q.sched, f"({now}", "+inf", start=0, num=1, withscores=True)
-        pipe.zcount(q.consumers, f"({now}", "+inf")
-        pipe.exists(q.paused)
+        for part in stored[name]:
+            q = rs.keys.queue(part)
+            pipe.zcard(q.sched)
+            pipe.zcount(q.sched, "-inf", now)
+            pipe.zcard(q.proc)
+            pipe.zcount(q.proc, "-inf", now)
+            pipe.zcard(q.dead)
+            pipe.zrange(q.sched, 0, 0, withscores=True)
+            pipe.zrangebyscore(q.sched, f"({now}", "+inf", start=0, num=1, withscores=True)
+            pipe.zcount(q.consumers, f"({now}", "+inf")
+            pipe.exists(q.paused)
     res = _exec(pipe) if names else []
     out = []
-    for i, name in enumerate(names):
-        total, due, proc, stale, dead, first, nxt, consumers, paused = res[9 * i : 9 * i + 9]
-        lag = max(0, now - int(first[0][1])) if first and first[0][1] <= now else 0
+    i = 0
+    for name in names:
+        total = due = proc = stale = dead = lag = consumers = 0
+        nxt_ms: int | None = None
+        paused = False
+        for _ in stored[name]:
+            t, d, pr, st, de, first, nxt, co, pa = res[9 * i : 9 * i + 9]
+            i += 1
+            total, due, proc, stale, dead = total + t, due + d, proc + pr, stale + st, dead + de
+            if first and first[0][1] <= now:
+                lag = max(lag, now - int(first[0][1]))
+            if nxt:
+                nxt_ms = int(nxt[0][1]) if nxt_ms is None else min(nxt_ms, int(nxt[0][1]))
+            consumers = max(consumers, co)  # a consumer registers in every partition
+            paused = paused or bool(pa)
+        n = len(stored[name])
         out.append(
             QueueStats(
                 queue=name,
@@ -632,10 +694,11 @@ def queue_stats(rs: Rsched, queues: list[str] | None = None) -> list[QueueStats]
                 processing=proc,
                 stale=stale,
                 dead=dead,
-                next_due_ms=int(nxt[0][1]) if nxt else None,
+                next_due_ms=nxt_ms,
                 lag_ms=lag,
                 consumers=consumers,
-                paused=bool(paused),
+                paused=paused,
+                extra={"partitions": n} if n > 1 else {},
             )
         )
     return out
@@ -647,9 +710,9 @@ def requeue_stale(
     """Move tasks whose lease expired back to due (dead after their last attempt)."""
     names = [validate.queue(queue)] if queue else known_queues(rs)
     total = {"requeued": 0, "dead": 0}
-    for name in names:
+    for name in _stored_names(rs, names):
         q = rs.keys.queue(name)
-        dm = default_max or rs.default_max_attempts(name)
+        dm = default_max or rs.default_max_attempts(K.logical_queue(name))
         while True:
             rq, rd, more = rs.scripts(
                 "requeue-stale-6",
@@ -665,9 +728,14 @@ def requeue_stale(
 
 def retry(rs: Rsched, queue: str, items: list[tuple[str, str]]) -> int:
     validate.queue(queue)
-    q = rs.keys.queue(queue)
-    members = [K.member(validate.task_type(t), validate.task_id(i)) for t, i in items]
-    n = int(rs.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], members))
+    by_stored: dict[str, list[str]] = {}
+    for t, i in items:
+        m = K.member(validate.task_type(t), validate.task_id(i))
+        by_stored.setdefault(P.of_task(rs, queue, t, i), []).append(m)
+    n = 0
+    for name, members in by_stored.items():
+        q = rs.keys.queue(name)
+        n += int(rs.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], members))
     if n == 0 and len(items) == 1:
         t, i = items[0]
         if rs.redis.hexists(q.tasks, members[0]):
@@ -679,7 +747,7 @@ def retry(rs: Rsched, queue: str, items: list[tuple[str, str]]) -> int:
 def retry_all(rs: Rsched, queue: str | None = None) -> int:
     names = [validate.queue(queue)] if queue else known_queues(rs)
     n = 0
-    for name in names:
+    for name in _stored_names(rs, names):
         q = rs.keys.queue(name)
         while True:
             members = rs.redis.zrange(q.dead, 0, BATCH - 1)
@@ -692,7 +760,7 @@ def retry_all(rs: Rsched, queue: str | None = None) -> int:
 def purge_dead(rs: Rsched, queue: str | None = None, older_than_ms: int | None = None) -> int:
     names = [validate.queue(queue)] if queue else known_queues(rs)
     n = 0
-    for name in names:
+    for name in _stored_names(rs, names):
         q = rs.keys.queue(name)
         while True:
             deleted, more = rs.scripts(
@@ -717,17 +785,18 @@ def dead_tasks(rs: Rsched, queue: str | None = None, limit: int = 100) -> list[T
 
 def pause(rs: Rsched, queue: str) -> None:
     validate.queue(queue)
-    q = rs.keys.queue(queue)
     pipe = rs.redis.pipeline(transaction=False)
     pipe.sadd(rs.keys.queues, queue)
-    pipe.set(q.paused, "1")
+    for name in P.names(rs, queue):
+        pipe.set(rs.keys.queue(name).paused, "1")
     _exec(pipe)
 
 
 def resume(rs: Rsched, queue: str) -> None:
     validate.queue(queue)
-    q = rs.keys.queue(queue)
-    pipe = rs.redis.pipeline(transaction=True)
-    pipe.delete(q.paused)
-    pipe.zadd(q.wake, {"w": 0})
-    _exec(pipe)
+    for name in P.names(rs, queue):
+        q = rs.keys.queue(name)
+        pipe = rs.redis.pipeline(transaction=True)
+        pipe.delete(q.paused)
+        pipe.zadd(q.wake, {"w": 0})
+        _exec(pipe)

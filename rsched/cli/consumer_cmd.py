@@ -106,6 +106,12 @@ def build_handlers(
     help="On SIGTERM/SIGINT, time running handlers get to finish before they are killed and "
     "their tasks released [config; default 30s].",
 )
+@click.option(
+    "--partitions",
+    metavar="N",
+    help="The queues are split into N partitions (must match what Redis has stored for them; "
+    "see `add --partitions`) [config; default: as stored, else 1].",
+)
 @click.option("--burst", is_flag=True, help="Exit 0 once nothing is due and nothing is running.")
 @pass_app
 def consumer(
@@ -120,6 +126,7 @@ def consumer(
     backoff_max: str | None,
     timeout: str | None,
     grace: str | None,
+    partitions: str | None,
     burst: bool,
 ) -> None:
     """Consume delayed tasks: claim due tasks, run their handler, ack / retry with
@@ -150,6 +157,10 @@ def consumer(
     kw: dict[str, Any] = {}
     if concurrency is not None:
         kw["concurrency"] = _positive_int(concurrency, "--concurrency", 1024)
+    if partitions is not None:
+        from rsched.partitions import check_count
+
+        kw["partitions"] = check_count(partitions)
     if max_attempts is not None:
         validate.max_attempts(max_attempts)
         kw["max_attempts"] = int(max_attempts)
@@ -162,7 +173,7 @@ def consumer(
     ):
         if value is not None:
             kw[name] = _ms(value, flag)
-    opt_kw = {k: v for k, v in kw.items() if k not in ("concurrency", "grace_ms")}
+    opt_kw = {k: v for k, v in kw.items() if k not in ("concurrency", "grace_ms", "partitions")}
     for q in names:
         queue_options(app.settings, q, **opt_kw)
     _from_config(app.settings, names[0], "concurrency", _positive_int)
