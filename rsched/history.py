@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rsched import validate
+from rsched import partitions, validate
 from rsched.timeutil import iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,7 +109,7 @@ def streams_for(rs: Rsched, name: str | None = None, queue: str | None = None) -
     """The history streams that ``rsched history [NAME | --queue Q]`` reads."""
     if queue is not None:
         validate.queue(queue)
-        return [rs.keys.queue(queue).history]
+        return [rs.keys.queue(q).history for q in partitions.names(rs, queue)]
     if name is not None:
         validate.name(name, "NAME")
         return [rs.keys.cron(name).history, rs.keys.lock(name).history]
@@ -120,7 +120,7 @@ def streams_for(rs: Rsched, name: str | None = None, queue: str | None = None) -
     crons, locks, queues = pipe.execute()
     keys = [rs.keys.cron(n).history for n in sorted(crons)]
     keys += [rs.keys.lock(n).history for n in sorted(locks)]
-    keys += [rs.keys.queue(q).history for q in sorted(queues)]
+    keys += [rs.keys.queue(p).history for q in sorted(queues) for p in partitions.names(rs, q)]
     return keys
 
 

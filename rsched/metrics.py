@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from rsched import partitions
 from rsched.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,9 +131,16 @@ class RschedCollector:
             labels=["queue", "type"],
         )
         pipe = rs.redis.pipeline(transaction=False)
-        for s in stats:
-            pipe.hgetall(rs.keys.queue(s.queue).stats)
-        for s, counters in zip(stats, pipe.execute() if stats else [], strict=True):
+        parts = [partitions.names(rs, s.queue) for s in stats]
+        for names in parts:
+            for name in names:
+                pipe.hgetall(rs.keys.queue(name).stats)
+        replies = iter(pipe.execute() if stats else [])
+        for s, names in zip(stats, parts, strict=True):
+            counters: dict[str, int] = {}
+            for _ in names:  # a partitioned queue's counters summed
+                for field, value in next(replies).items():
+                    counters[field] = counters.get(field, 0) + int(value)
             for field, value in sorted(counters.items()):
                 result, task_type = _split(field)
                 if not task_type:

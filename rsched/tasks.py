@@ -315,10 +315,16 @@ def add(
 
 
 def _add_calls(
-    rs: Rsched, specs: Iterable[TaskSpec], if_exists: str, reply: str, batch: int
+    rs: Rsched,
+    specs: Iterable[TaskSpec],
+    if_exists: str,
+    reply: str,
+    batch: int,
+    partitions: int | None = None,
 ) -> tuple[list[TaskSpec], list[tuple[list[TaskSpec], Any]]]:
-    """Group specs per queue, ``batch`` tasks per ``add-5`` call, all calls in one
-    pipeline. Returns the specs in order and (chunk, reply) pairs."""
+    """Group specs per queue (per partition), ``batch`` tasks per ``add-5`` call,
+    all calls in one pipeline. Returns the specs in order and (chunk, reply) pairs.
+    ``partitions``: the count every queue named must have (see rsched.partitions)."""
     _check_if_exists(if_exists)
     by_queue: dict[str, list[TaskSpec]] = {}
     order: list[TaskSpec] = []
@@ -326,7 +332,7 @@ def _add_calls(
     for s in specs:
         n = counts.get(s.queue)
         if n is None:
-            n = counts[s.queue] = P.count(rs, s.queue)
+            n = counts[s.queue] = P.count(rs, s.queue, partitions)
         stored = (
             s.queue if n == 1 else K.partition_name(s.queue, K.partition_index(s.type, s.id, n))
         )
@@ -364,11 +370,16 @@ def _add_calls(
 
 
 def add_many(
-    rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 500
+    rs: Rsched,
+    specs: Iterable[TaskSpec],
+    *,
+    if_exists: str = "keep",
+    batch: int = 500,
+    partitions: int | None = None,
 ) -> list[AddResult]:
     """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
     calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
-    order, pairs = _add_calls(rs, specs, if_exists, "tasks", batch)
+    order, pairs = _add_calls(rs, specs, if_exists, "tasks", batch, partitions)
     results: dict[int, AddResult] = {}
     for part, r in pairs:
         for s, ar in zip(part, _results(part, r), strict=True):
@@ -377,11 +388,16 @@ def add_many(
 
 
 def add_counts(
-    rs: Rsched, specs: Iterable[TaskSpec], *, if_exists: str = "keep", batch: int = 1000
+    rs: Rsched,
+    specs: Iterable[TaskSpec],
+    *,
+    if_exists: str = "keep",
+    batch: int = 1000,
+    partitions: int | None = None,
 ) -> dict[str, int]:
     """:func:`add_many` for bulk loads: only ``{"added", "kept", "replaced"}`` counts
     come back (no per-task reply to build or parse)."""
-    _, pairs = _add_calls(rs, specs, if_exists, "counts", batch)
+    _, pairs = _add_calls(rs, specs, if_exists, "counts", batch, partitions)
     counts = {"added": 0, "kept": 0, "replaced": 0}
     for _, (a, k, r) in pairs:
         counts["added"] += int(a)
@@ -397,6 +413,7 @@ def add_lines(
     if_exists: str = "keep",
     batch: int = 10_000,
     progress: Any = None,
+    partitions: int | None = None,
 ) -> dict[str, int]:
     """``add --from``: JSON lines -> tasks, ``batch`` lines validated, then written
     in one pipeline. A bad line raises :class:`BadInput` naming it; nothing of
@@ -428,7 +445,7 @@ def add_lines(
 
     def write(specs: list[TaskSpec], box: dict[str, Any]) -> None:
         try:
-            box["counts"] = add_counts(conn[0], specs, if_exists=if_exists)
+            box["counts"] = add_counts(conn[0], specs, if_exists=if_exists, partitions=partitions)
         except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller
             box["error"] = exc
 

@@ -20,7 +20,7 @@ from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rsched import cronexpr, errors
+from rsched import cronexpr, errors, partitions
 from rsched.timeutil import human_duration, relative
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +73,7 @@ def latest_runs(rs: Rsched, limit: int = RUNS) -> tuple[list[Record], list[str]]
     crons, locks, queues = pipe.execute()
     keys = [rs.keys.cron(n).history for n in sorted(crons)]
     keys += [rs.keys.lock(n).history for n in sorted(locks)]
-    keys += [rs.keys.queue(q).history for q in sorted(queues)]
+    keys += [rs.keys.queue(p).history for q in sorted(queues) for p in partitions.names(rs, q)]
     recs: list[Record] = []
     if keys:
         pipe = rs.redis.pipeline(transaction=False)

@@ -44,6 +44,7 @@ pytestmark = pytest.mark.skipif(_cli_binary() is None, reason="no redis-cli to c
 class ClusterNode:
     def __init__(self, binary: str, base: str, node_timeout_ms: int):
         self.port = free_port()
+        self.bus_port = free_port()  # not port + 10000, which may not exist
         self.dir = os.path.join(base, str(self.port))
         os.makedirs(self.dir)
         self.binary = binary
@@ -64,6 +65,7 @@ class ClusterNode:
                         "maxmemory-policy noeviction",
                         "cluster-enabled yes",
                         "cluster-config-file nodes.conf",
+                        f"cluster-port {self.bus_port}",
                         f"cluster-node-timeout {self.node_timeout_ms}",
                         "loglevel warning",
                         f"logfile {os.path.join(self.dir, 'server.log')}",
@@ -90,7 +92,7 @@ class ClusterNode:
 
     def restart_on_new_port(self) -> None:
         self.kill()
-        self.port = free_port()
+        self.port, self.bus_port = free_port(), free_port()
         self.start()
 
     def alive(self) -> bool:
@@ -346,6 +348,77 @@ def test_consumer_drains_queues_on_every_primary(cluster: Cluster, ccli: Cluster
     assert p.returncode == 0
 
 
+def test_cron_exactly_once_locks_listed_and_requeue_stale_on_a_cluster(
+    cluster: Cluster, ccli: ClusterCli
+) -> None:
+    """Two cron runners fire each every-second tick once; locks held on all three
+    primaries are all listed (SCAN visits every primary); a task whose consumer
+    was killed comes back with `requeue-stale`; `history` and `metrics` read them."""
+    fires = os.path.join(ccli.cwd, "fires")
+    runners = [
+        ccli.spawn(
+            "run",
+            "cron",
+            "tick",
+            "--schedule",
+            "* * * * * ?",
+            "--",
+            "sh",
+            "-c",
+            f"echo $RSCHED_FIRE_AT >> {fires}",
+        )
+        for _ in range(2)
+    ]
+    names = [f"lk{i}" for i in range(8)]
+    nodes = {cluster.node_of(f"{ccli.namespace}:{{l:{n}}}:lock").port for n in names}
+    assert len(nodes) == 3
+    holders = [ccli.spawn("exec", "--lock", n, "--ttl", "30s", "--", "sleep", "30") for n in names]
+
+    def held() -> list[str]:
+        return sorted(r["name"] for r in ccli.json("locks") if r["name"].startswith("lk"))
+
+    wait_for(lambda: held() == names, timeout=30, what="8 locks on 3 primaries listed")
+    for h in holders:
+        _stop(h)
+    # A task held by a consumer that dies: back to due with requeue-stale.
+    ccli("add", "--queue", "st", "job", "1")
+    started = os.path.join(ccli.cwd, "started")
+    c = ccli.spawn(
+        "run",
+        "consumer",
+        "--queue",
+        "st",
+        "--lease",
+        "1s",
+        "--handler",
+        f"job=sh -c 'echo $$ > {started}.tmp; mv {started}.tmp {started}; exec sleep 60'",
+    )
+    wait_for(lambda: os.path.exists(started), timeout=20, what="the handler to start")
+    os.killpg(c.pid, signal.SIGKILL)
+    c.wait(timeout=10)
+    os.kill(int(Path(started).read_text()), signal.SIGKILL)  # the orphaned handler
+    wait_for(
+        lambda: ccli.json("queues")[0]["stale"] == 1 if ccli.json("queues") else False,
+        timeout=20,
+        what="the lease to expire",
+    )
+    assert "requeued 1" in ccli("requeue-stale").stdout
+    assert ccli.json("show", "job", "1", "--queue", "st")["state"] == "due"
+    # Cron: each tick fired once by the two runners.
+    wait_for(
+        lambda: os.path.exists(fires) and len(Path(fires).read_text().split()) >= 4,
+        timeout=30,
+        what="4 cron fires",
+    )
+    for r in runners:
+        _stop(r)
+    ticks = Path(fires).read_text().split()
+    assert len(ticks) == len(set(ticks)), f"a tick fired twice: {ticks}"
+    assert ccli.json("crons")[0]["name"] == "tick"
+    assert len(ccli.json("history", "tick", "--limit", "100")) >= len(ticks) - 1
+    assert 'rsched_queue_tasks{queue="st",state="due"} 1.0' in ccli("metrics").stdout
+
+
 # ---------------------------------------------------------------- partitioned queues
 
 
@@ -381,6 +454,11 @@ def test_partitioned_queue_spreads_over_primaries_and_two_consumers_run_each_tas
     ccli("cancel", "job", "later", "--queue", "big")
     ccli("show", "job", "later", "--queue", "big", check=3)
     assert len(ccli.json("list", "--queue", "big", "--limit", "50")) == 50
+    # A producer that disagrees about the count is refused, naming the stored one.
+    bad = ccli("add", "--queue", "big", "--partitions", "3", "job", "x", check=78)
+    assert "6 partitions" in bad.stderr
+    ccli("add", "--queue", "other", "--partitions", "3", "job", "x")
+    assert ccli.json("queues")[1]["queue"] == "other"
     # A consumer that disagrees about the count is refused, naming the stored one.
     bad = ccli(
         "run", "consumer", "--queue", "big", "--partitions", "4", "--handler", "job=true", check=78
@@ -403,6 +481,14 @@ def test_partitioned_queue_spreads_over_primaries_and_two_consumers_run_each_tas
     rows = ccli.json("queues")
     assert rows[0]["due"] == 0 and rows[0]["processing"] == 0 and rows[0]["dead"] == 0
     assert rows[0]["consumers"] == 2
+    hist = ccli.json("history", "--queue", "big", "--limit", "1000")
+    assert len(hist) == n_tasks  # every partition's records, merged
+    ok_runs = [
+        float(line.rsplit(" ", 1)[1])
+        for line in ccli("metrics").stdout.splitlines()
+        if line.startswith("rsched_task_runs_total{") and 'queue="big"' in line and '"ok"' in line
+    ]
+    assert sum(ok_runs) == n_tasks, ok_runs  # the partitions' counters summed
     for p in procs:
         _stop(p)
         assert p.returncode == 0

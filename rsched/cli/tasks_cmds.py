@@ -97,6 +97,12 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     metavar="FILE",
     help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts.",
 )
+@click.option(
+    "--partitions",
+    metavar="N",
+    help="The queue is (or becomes, on first use) split into N partitions, spread over a "
+    "cluster's primaries; must match what Redis has stored [config; default: as stored, else 1].",
+)
 @wait_replicas_options
 @output_options
 @pass_app
@@ -113,6 +119,7 @@ def add(
     max_attempts: str | None,
     if_exists: str,
     from_file: IO[bytes] | None,
+    partitions: str | None,
     wait_replicas: int | None,
     wait_replicas_timeout: str | None,
 ) -> None:
@@ -131,10 +138,15 @@ def add(
     from rsched import tasks
 
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
+    n_parts = None
+    if partitions is not None:
+        from rsched.partitions import check_count
+
+        n_parts = check_count(partitions)
     if from_file is not None:
         if task_type or task_id:
             raise BadInput("--from", "give either TYPE ID or --from FILE, not both")
-        _add_from(app, from_file, if_exists, pol)
+        _add_from(app, from_file, if_exists, pol, n_parts)
         return
     if not task_type or not task_id:
         raise BadInput("TYPE ID", "both are required (or use --from FILE)")
@@ -156,7 +168,7 @@ def add(
     )
     tasks.make_spec(task_type, task_id, **spec_kw)  # validate everything before connecting
     rs = _oneshot(app)
-    res = tasks.add(rs, task_type, task_id, if_exists=if_exists, **spec_kw)
+    res = tasks.add(rs, task_type, task_id, if_exists=if_exists, partitions=n_parts, **spec_kw)
     now = rs.now_ms()
     extra: dict[str, Any] = {"status": res.status}
     if pol:
@@ -196,7 +208,9 @@ def _oneshot(app: App) -> Any:
     return Rsched(connect_oneshot(s), s.namespace, settings=s)
 
 
-def _add_from(app: App, fh: IO[bytes], if_exists: str, pol: Any) -> None:
+def _add_from(
+    app: App, fh: IO[bytes], if_exists: str, pol: Any, partitions: int | None = None
+) -> None:
     from rsched import tasks
 
     progress = None
@@ -214,7 +228,9 @@ def _add_from(app: App, fh: IO[bytes], if_exists: str, pol: Any) -> None:
 
     try:
         # Connect on the first batch: a file whose first lines are bad needs no Redis.
-        counts = tasks.add_lines(lambda: app.rs, fh, if_exists=if_exists, progress=on_batch)
+        counts = tasks.add_lines(
+            lambda: app.rs, fh, if_exists=if_exists, progress=on_batch, partitions=partitions
+        )
     finally:
         if progress is not None:
             progress.stop()
