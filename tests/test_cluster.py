@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -316,15 +317,18 @@ def test_cluster_is_detected_and_every_task_operation_works(
 
 def test_consumer_drains_queues_on_every_primary(cluster: Cluster, ccli: ClusterCli) -> None:
     """One consumer watching queues in slots of all three primaries runs every
-    task once; its wake-up listener (one BZPOPMIN per slot) wakes it for tasks
-    added while it idles."""
+    task once and dead-letters the failing ones (acks and failure reports batched
+    in cluster pipelines) while every node's script cache is flushed in a loop;
+    its wake-up listener (one BZPOPMIN per slot) wakes it for tasks added while
+    it idles."""
     queues = [f"w{i}" for i in range(6)]
     nodes = {cluster.node_of(f"{ccli.namespace}:{{q:{q}}}:sched").port for q in queues}
     assert len(nodes) == 3
     out = os.path.join(ccli.cwd, "ran")
     os.makedirs(out)
     handler = f"job=sh -c 'touch {out}/$RSCHED_QUEUE-$0'"
-    args = ["run", "consumer", "--handler", handler, "--concurrency", "4"]
+    args = ["run", "consumer", "--handler", handler, "--handler", "bad=false"]
+    args += ["--concurrency", "4", "--max-attempts", "1"]
     for q in queues:
         args += ["--queue", q]
     lines = "".join(
@@ -332,9 +336,38 @@ def test_consumer_drains_queues_on_every_primary(cluster: Cluster, ccli: Cluster
         for q in queues
         for i in range(20)
     )
+    lines += "".join(
+        json.dumps({"type": "bad", "id": str(i), "queue": q}) + "\n"
+        for q in queues
+        for i in range(5)
+    )
     ccli("add", "--from", "-", input=lines)
+    flushing = threading.Event()
+
+    def flush_scripts() -> None:
+        clients = [n.client() for n in cluster.nodes]
+        try:
+            while not flushing.is_set():
+                for c in clients:
+                    c.script_flush()
+                time.sleep(0.005)
+        finally:
+            for c in clients:
+                c.close()
+
+    flusher = threading.Thread(target=flush_scripts, daemon=True)
+    flusher.start()
     p = ccli.spawn(*args)
-    wait_for(lambda: len(os.listdir(out)) == 120, timeout=60, what="120 tasks to run")
+    try:
+        wait_for(lambda: len(os.listdir(out)) == 120, timeout=60, what="120 tasks to run")
+        wait_for(
+            lambda: sum(r["dead"] for r in ccli.json("queues")) == 30,
+            timeout=30,
+            what="30 failing tasks dead-lettered",
+        )
+    finally:
+        flushing.set()
+        flusher.join()
     # Idle now: a task added later is picked up promptly (the waker, not a poll).
     t0 = time.monotonic()
     ccli("add", "--queue", "w4", "job", "late")
@@ -343,7 +376,7 @@ def test_consumer_drains_queues_on_every_primary(cluster: Cluster, ccli: Cluster
     rows = {r["queue"]: r for r in ccli.json("queues")}
     assert all(rows[q]["due"] == 0 and rows[q]["processing"] == 0 for q in queues)
     hist = ccli.json("history", "--queue", "w2", "--limit", "100")
-    assert len(hist) == 20
+    assert sorted(r["result"] for r in hist).count("ok") == 20 and len(hist) == 25
     _stop(p)
     assert p.returncode == 0
 
@@ -497,7 +530,10 @@ def test_partitioned_queue_spreads_over_primaries_and_two_consumers_run_each_tas
 # ---------------------------------------------------------------- failover
 
 
-def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scale", [1, pytest.param(10, marks=pytest.mark.slow)])
+def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(
+    tmp_path: Path, scale: int
+) -> None:
     """3 primaries with a replica each; a partitioned queue (6 partitions) drained
     by 2 consumers while a producer keeps adding; one primary is SIGKILLed, its
     replica is promoted (cluster-node-timeout 1 s). The same consumers and the
@@ -510,7 +546,7 @@ def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(tmp_path: 
         cl.start()
         ccli.url = cl.url
         Path(tmp_path, "rsched.toml").write_text('[queues.big]\npartitions = 6\nlease = "2s"\n')
-        n_first = 400
+        n_first = 400 * scale
         lines = "".join(
             json.dumps({"type": "job", "id": str(i), "queue": "big"}) + "\n" for i in range(n_first)
         )
@@ -527,7 +563,7 @@ def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(tmp_path: 
         def ran() -> list[str]:
             return log.read_text().split() if log.exists() else []
 
-        wait_for(lambda: len(ran()) >= n_first // 3, timeout=60, what="a third of the runs")
+        wait_for(lambda: len(ran()) >= n_first // 3, timeout=60 * scale, what="a third of the runs")
         # A producer adds while the primary dies: it records only acknowledged adds.
         from rsched.client import Rsched
 
@@ -542,7 +578,7 @@ def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(tmp_path: 
         }
         t_kill = 0.0
         i = n_first
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 * scale
         killed = False
         recovered_at = None
         while time.monotonic() < deadline:
@@ -562,7 +598,7 @@ def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(tmp_path: 
             except Exception:  # noqa: BLE001 - unacknowledged while the slot has no primary
                 refused.add(str(i))
             i += 1
-            if killed and recovered_at is not None and len(acked) >= 250:
+            if killed and recovered_at is not None and len(acked) >= 250 * scale:
                 break
         assert killed and recovered_at is not None, "adds never resumed after the failover"
         wait_for(cl.ok, timeout=30, what="the cluster to be ok again")
@@ -573,7 +609,9 @@ def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(tmp_path: 
             rows = ccli.json("queues")
             return bool(rows) and rows[0]["due"] == 0 and rows[0]["processing"] == 0
 
-        wait_for(settled, timeout=120, interval=0.5, what="the queue to drain after failover")
+        wait_for(
+            settled, timeout=120 * scale, interval=0.5, what="the queue to drain after failover"
+        )
         t_drained = time.monotonic()
         runs = ran()
         counts: dict[str, int] = {}
