@@ -10,8 +10,9 @@ The count must be the same for every producer and consumer: it is stored in
 the ``{ns}:queue-config`` hash when a queue is first used with ``N > 1`` and
 read from there by everyone; asking for another count is refused
 (:class:`~rsched.errors.ConfigError`, exit 78) naming the stored one. A queue
-that already holds tasks unpartitioned cannot become partitioned (its tasks
-would be in no partition).
+that already holds tasks, or has live consumers, unpartitioned cannot become
+partitioned (its tasks would be in no partition; its consumers would not
+watch the partitions).
 """
 
 from __future__ import annotations
@@ -51,23 +52,32 @@ def count(rs: Rsched, queue: str, want: int | None = None) -> int:
 
     ``want`` (a ``--partitions`` flag), else the config file's
     ``[queues.Q] partitions``, is checked against the count stored in Redis;
-    a first use with ``want > 1`` stores it."""
+    a first use with ``want > 1`` stores it. (Plain ``execute_command``: the
+    one-shot client of :mod:`rsched.resp` has no command helpers.)"""
     cache = _cache(rs)
     if want is None:
         cfg = rs.queue_option(queue, "partitions")
         want = check_count(cfg, f"queues.{queue}.partitions") if cfg is not None else None
     got = cache.get(queue)
     if got is None:
-        stored = rs.redis.hget(rs.keys.queue_config, queue)
+        stored = rs.redis.execute_command("HGET", rs.keys.queue_config, queue)
         if stored is None and want is not None and want > 1:
             q = rs.keys.queue(queue)
-            if rs.redis.exists(q.tasks):
+            if rs.redis.execute_command("EXISTS", q.tasks):
                 raise ConfigError(
                     f"queue {queue} already holds tasks unpartitioned; "
                     f"it cannot become {want} partitions (use a new queue name)"
                 )
-            rs.redis.hsetnx(rs.keys.queue_config, queue, want)
-            stored = rs.redis.hget(rs.keys.queue_config, queue)  # whoever was first
+            if rs.redis.execute_command("ZCOUNT", q.consumers, f"({rs.now_ms()}", "+inf"):
+                raise ConfigError(
+                    f"queue {queue} has consumers running unpartitioned; "
+                    f"it cannot become {want} partitions under them (stop them, or "
+                    f"start them with --partitions {want} first)"
+                )
+            rs.redis.execute_command("HSETNX", rs.keys.queue_config, queue, want)
+            stored = rs.redis.execute_command(
+                "HGET", rs.keys.queue_config, queue
+            )  # whoever was first
         got = int(stored) if stored is not None else 1
         if got > 1:  # "not partitioned" is not cached: another process may store a count
             cache[queue] = got

@@ -639,3 +639,42 @@ def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(
     finally:
         ccli.close()
         cl.stop()
+
+
+def test_partition_count_is_agreed_in_redis(tmp_path: Path) -> None:
+    """On a single server too: the first use with --partitions stores the count;
+    another count, a queue with tasks or live consumers unpartitioned, and bad
+    values are refused before anything is written."""
+    from tests.support import Cli, RedisServer
+
+    s = RedisServer().start()
+    cli = Cli(s, f"p{uuid.uuid4().hex[:8]}", cwd=str(tmp_path))
+    try:
+        cli("add", "--queue", "plain", "job", "1", check=0)
+        res = cli("add", "--queue", "plain", "--partitions", "4", "job", "2", check=78)
+        assert "already holds tasks unpartitioned" in res.stderr
+        res = cli("add", "--queue", "q", "--partitions", "0", "job", "1", check=2)
+        assert "--partitions" in res.stderr
+        cli("add", "--queue", "q", "--partitions", "4", "job", "1", check=0)
+        cli("add", "--queue", "q", "job", "2", check=0)  # no flag: the stored count
+        res = cli("add", "--queue", "q", "--partitions", "5", "job", "3", check=78)
+        assert "4 partitions" in res.stderr
+        r = s.client()
+        assert r.hget(f"{cli.namespace}:queue-config", "q") == "4"
+        assert {k.split("}")[0] for k in r.scan_iter(f"{cli.namespace}:{{q:q#*}}:tasks")} <= {
+            f"{cli.namespace}:{{q:q#{i}" for i in range(4)
+        }
+        r.close()
+        assert [t["id"] for t in cli.json("list", "--queue", "q")] == ["1", "2"]
+        # A consumer watching the queue unpartitioned: no partitions under it.
+        log = tmp_path / "c.log"
+        with open(log, "w") as fh:
+            c = cli.spawn("run", "consumer", "--queue", "idle", "--handler", "job=true", stderr=fh)
+            wait_for(lambda: "started" in log.read_text(), timeout=20, what="the consumer")
+            res = cli("add", "--queue", "idle", "--partitions", "2", "job", "1", check=78)
+            assert "consumers running unpartitioned" in res.stderr
+            os.killpg(c.pid, signal.SIGTERM)
+            c.wait(timeout=20)
+    finally:
+        cli.close()
+        s.stop()
