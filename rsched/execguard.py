@@ -153,7 +153,7 @@ def run_exec(
     if wait:  # before the watchdog: this thread's write was the last on its connection
         short: str | None
         try:
-            acked = replication.wait(rs.redis, wait)
+            acked = replication.wait(rs.redis, wait, [rs.keys.lock(name).lock])
         except errors.RschedError as exc:
             short = f"WAIT for replicas failed ({exc})"
         else:

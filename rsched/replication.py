@@ -86,11 +86,29 @@ def policy(
     return WaitPolicy(int(n), int(t))
 
 
-def wait(client: Any, pol: WaitPolicy) -> int:
-    """``WAIT`` on the client's (single-threaded) connection; replicas that acknowledged."""
+def wait(client: Any, pol: WaitPolicy, keys: list[str] | None = None) -> int:
+    """``WAIT`` on the client's (single-threaded) connection; replicas that acknowledged.
+
+    On Redis Cluster, ``WAIT`` goes to the primaries of ``keys`` (what was just
+    written), or to every primary without them; the answer is the smallest."""
+    from rsched.conn import is_cluster
     from rsched.scripts import map_error
 
     try:
+        if is_cluster(client):
+            # WAIT counts the writes of its own connection, so it must reach each
+            # node on the connection that wrote there: a node's pool hands back
+            # its most recently released connection (LIFO), the one that wrote
+            # last in this thread.
+            if keys:
+                nodes = {n.name: n for n in (client.get_node_from_key(k) for k in keys)}
+                targets = list(nodes.values())
+            else:
+                targets = client.get_primaries()
+            return min(
+                int(client.execute_command("WAIT", pol.replicas, pol.timeout_ms, target_nodes=n))
+                for n in targets
+            )
         return int(client.execute_command("WAIT", pol.replicas, pol.timeout_ms))
     except Exception as exc:
         mapped = map_error(exc)
@@ -105,9 +123,14 @@ def script_and_wait(
     """Run Lua operation ``name`` and ``WAIT`` on one connection (a pipeline).
 
     Returns (the script's reply, replicas that acknowledged it)."""
+    from rsched.conn import is_cluster
     from rsched.scripts import map_error
 
-    pipe = rs.redis.pipeline(transaction=False)
+    if is_cluster(rs.redis):  # one connection to the keys' primary: script, then WAIT
+        node = rs.redis.get_redis_connection(rs.redis.get_node_from_key(keys[0]))
+        pipe = node.pipeline(transaction=False)
+    else:
+        pipe = rs.redis.pipeline(transaction=False)
     rs.scripts(name, keys, args, client=pipe)
     pipe.execute_command("WAIT", pol.replicas, pol.timeout_ms)
     try:

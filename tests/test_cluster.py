@@ -180,6 +180,19 @@ class Cluster:
         finally:
             c.close()
 
+    def replica_of(self, primary: ClusterNode) -> ClusterNode:
+        for n in self.nodes:
+            if n is primary or not n.alive():
+                continue
+            c = n.client()
+            try:
+                info = c.info("replication")
+            finally:
+                c.close()
+            if info.get("role") == "slave" and int(info.get("master_port", 0)) == primary.port:
+                return n
+        raise AssertionError(f"no replica of {primary.port}")
+
     def stop(self) -> None:
         for n in self.nodes:
             n.kill()
@@ -551,6 +564,28 @@ def test_primary_killed_mid_drain_replica_promoted_consumers_carry_on(
             json.dumps({"type": "job", "id": str(i), "queue": "big"}) + "\n" for i in range(n_first)
         )
         ccli("add", "--from", "-", input=lines)
+        # --wait-replicas asks the primary that took the write: with that
+        # primary's replica frozen, 0 of 1; on another primary, 1 of 1.
+        qa, qb = (
+            "wa",
+            next(
+                f"wb{k}"
+                for k in range(100)
+                if cl.node_of(f"{ccli.namespace}:{{q:wb{k}}}:tasks")
+                is not cl.node_of(f"{ccli.namespace}:{{q:wa}}:tasks")
+            ),
+        )
+        frozen = cl.replica_of(cl.node_of(f"{ccli.namespace}:{{q:wa}}:tasks"))
+        assert frozen.proc is not None
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+            wr = ["--wait-replicas", "1", "--wait-replicas-timeout", "300ms", "--json"]
+            short = ccli("add", "--queue", qa, *wr, "job", "w", check=1)
+            assert json.loads(short.stdout)["replicas_acked"] == 0
+            ok = ccli("add", "--queue", qb, *wr, "job", "w", check=0)
+            assert json.loads(ok.stdout)["replicas_acked"] == 1
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
         log = tmp_path / "runs.log"
         handler = f"job=sh -c 'sleep 0.01; echo $0 >> {log}'"
         procs = [

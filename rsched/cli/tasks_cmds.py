@@ -172,7 +172,10 @@ def add(
     now = rs.now_ms()
     extra: dict[str, Any] = {"status": res.status}
     if pol:
-        extra["replicas_acked"] = _wait(rs, pol)
+        from rsched.partitions import of_task
+
+        written = rs.keys.queue(of_task(rs, queue, task_type, task_id)).tasks
+        extra["replicas_acked"] = _wait(rs, pol, [written])
     if res.status == "kept" and app.fmt != "json":
         app.info(
             f"task {task_type} {task_id} already exists in queue {queue}; kept it (--if-exists replace to reschedule)"
@@ -181,10 +184,10 @@ def add(
     _short(pol, extra.get("replicas_acked"), f"task {task_type} {task_id}")
 
 
-def _wait(rs: Any, pol: Any) -> int:
+def _wait(rs: Any, pol: Any, keys: list[str] | None = None) -> int:
     from rsched import replication
 
-    return replication.wait(rs.redis, pol)
+    return replication.wait(rs.redis, pol, keys)
 
 
 def _short(pol: Any, acked: int | None, what: str) -> None:
