@@ -90,10 +90,10 @@ class SentinelSet:
 
     def __init__(self, password: str | None = PASSWORD):
         self.password = password
-        self.primary = RedisServer(flavour="redis", password=password).start()
-        extra = [f"replicaof 127.0.0.1 {self.primary.port}"]
-        if password:
-            extra.append(f"masterauth {password}")
+        auth = [f"masterauth {password}"] if password else []
+        # masterauth on the primary too: after a failover it comes back as a replica.
+        self.primary = RedisServer(flavour="redis", password=password, extra=auth).start()
+        extra = [f"replicaof 127.0.0.1 {self.primary.port}", *auth]
         self.replica = RedisServer(flavour="redis", password=password, extra=extra).start()
         self.sentinels = [SentinelProc(self.primary.port, password) for _ in range(3)]
         wait_for(self._ready, timeout=30, what="sentinels to see the replica and each other")
@@ -220,8 +220,19 @@ def test_a_wrong_service_or_dead_sentinels_exit_69_without_the_password(
 # ----------------------------------------------------------------------------- failover
 
 
-def _failover(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path, seconds_after: float) -> None:
-    """kill -9 the master while a consumer drains and a producer adds; both carry on."""
+def _failover(
+    sentinel_set: SentinelSet,
+    scli: Cli,
+    tmp_path: Path,
+    seconds_after: float,
+    wait_replicas: int = 0,
+) -> None:
+    """kill -9 the master while a consumer drains and a producer adds; both carry on.
+
+    With ``wait_replicas`` the producer counts an add as acknowledged only once
+    WAIT says the replica has it (``rsched add --wait-replicas``): then none is lost."""
+    from rsched import replication
+
     h, log = handler(tmp_path)
     consumer = scli.spawn("run", "consumer", "--handler", f"s.f={h}", "--lease", "2s",
                           env={"RUN_LOG": str(log)}, stdout=subprocess.DEVNULL)  # fmt: skip
@@ -235,6 +246,7 @@ def _failover(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path, seconds_afte
     acked: list[tuple[str, float]] = []  # (id, when acknowledged)
     refused: list[float] = []
     stop = threading.Event()
+    pol = replication.WaitPolicy(wait_replicas, 1000)
 
     def produce() -> None:
         n = 0
@@ -242,6 +254,8 @@ def _failover(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path, seconds_afte
             tid = f"f{n}"
             try:
                 rs.add("s.f", tid)
+                if pol and replication.wait(rs.redis, pol) < wait_replicas:
+                    raise RuntimeError("not replicated")
             except Exception:  # noqa: BLE001 - an outage: retry the same task, as a producer would
                 refused.append(time.monotonic())
                 time.sleep(0.05)
@@ -265,6 +279,16 @@ def _failover(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path, seconds_afte
         )
         promoted_s = time.monotonic() - killed_at
         assert new_port == sentinel_set.replica.port
+        if wait_replicas:
+            # The promoted replica has no replica of its own: WAIT 1 can only succeed
+            # again once the old master is back, which the sentinels turn into one.
+            sentinel_set.primary.start()
+            with sentinel_set.primary.client() as old:
+                wait_for(
+                    lambda: old.info("replication").get("master_link_status") == "up",
+                    timeout=30,
+                    what="the old master back as a replica",
+                )
         wait_for(lambda: len(acked) > acked_at_kill + 20, timeout=30, what="the producer back")
         first_ack = next(t for _, t in acked[acked_at_kill:])
         after = {i for i, _ in acked[acked_at_kill:]}
@@ -291,8 +315,10 @@ def _failover(sentinel_set: SentinelSet, scli: Cli, tmp_path: Path, seconds_afte
     # Only what was acknowledged before the kill can be lost (asynchronous replication).
     assert set(lost) <= {i for i, _ in acked[:acked_at_kill]}, lost[:10]
     assert all(i in done for i in after)
+    if wait_replicas:
+        assert not lost, f"acknowledged by WAIT and still lost: {lost}"
     figure(
-        "sentinel_failover_kill9_master",
+        "sentinel_failover_kill9_master" + ("_wait_replicas" if wait_replicas else ""),
         tasks_acknowledged=len(acked),
         acknowledged_lost=len(lost),
         duplicate_runs=len(runs) - len(done),
@@ -311,6 +337,12 @@ def test_kill9_of_the_master_is_survived_by_the_same_consumer_and_producer(
     sentinel_set: SentinelSet, scli: Cli, tmp_path: Path
 ) -> None:
     _failover(sentinel_set, scli, tmp_path, seconds_after=1.0)
+
+
+def test_kill9_of_the_master_loses_no_add_that_wait_saw_replicated(
+    sentinel_set: SentinelSet, scli: Cli, tmp_path: Path
+) -> None:
+    _failover(sentinel_set, scli, tmp_path, seconds_after=0.5, wait_replicas=1)
 
 
 @pytest.mark.slow
