@@ -441,6 +441,14 @@ class ExpiredRunner:
         self.set_notify = bool(set_notify)
         if db is not None and (isinstance(db, bool) or not isinstance(db, int) or db < 0):
             raise BadInput("--db", f"{db!r} is not a database number (0 or more)")
+        from rsched.conn import is_cluster
+
+        if is_cluster(rs.redis):
+            raise ConfigError(
+                "run expired does not work on Redis Cluster yet: its claim and sweep keys "
+                "would have to share each trigger key's slot; use the task queue "
+                "(rsched add --in / run consumer), which does"
+            )
         base_db = int(rs.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
         self.db = base_db if db is None else db
         clients = list(nodes) if nodes else [rs.redis]

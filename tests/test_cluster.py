@@ -463,6 +463,10 @@ def test_cron_exactly_once_locks_listed_and_requeue_stale_on_a_cluster(
     assert ccli.json("crons")[0]["name"] == "tick"
     assert len(ccli.json("history", "tick", "--limit", "100")) >= len(ticks) - 1
     assert 'rsched_queue_tasks{queue="st",state="due"} 1.0' in ccli("metrics").stdout
+    frame = ccli("top", "--once").stdout
+    assert "tick" in frame and "st" in frame
+    res = ccli("run", "expired", "--pattern", "k:*", "--handler", "true", check=78)
+    assert "Redis Cluster" in res.stderr
 
 
 # ---------------------------------------------------------------- partitioned queues
