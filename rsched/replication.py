@@ -19,7 +19,8 @@ write is older returns at once), so:
 
 A shortfall is not an error of the write: the write is done and stays done.
 ``rsched add`` reports it and exits 1 (a producer retries: adding the same task
-again is harmless); a lock holder reports it and goes on (giving up the lock
+again keeps it, or runs it once more if a consumer already ran it, which
+at-least-once handlers tolerate anyway); a lock holder reports it and goes on (giving up the lock
 would skip the tick everywhere).
 """
 

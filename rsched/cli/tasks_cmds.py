@@ -132,8 +132,8 @@ def add(
 
     With --wait-replicas N the command then waits (Redis WAIT) until N replicas
     have the write; if fewer acknowledge it in time, the task stays added, the
-    shortfall is reported on stderr and the exit status is 1 (adding it again is
-    harmless).
+    shortfall is reported on stderr and the exit status is 1 (adding it again
+    keeps it; if a consumer already ran it, it runs once more).
     """
     from rsched import tasks
 
