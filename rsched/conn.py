@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rsched.config import Settings
@@ -131,9 +132,9 @@ def _connect_cluster(settings: Settings, url: str, kwargs: dict[str, Any], check
     and trying the slot's new primary (a failover), a bounded number of times."""
     import redis
     from redis.backoff import ExponentialBackoff
-    from redis.cluster import RedisCluster
     from redis.retry import Retry
 
+    RedisCluster = _failover_cluster_class()
     kw = dict(kwargs)
     kw.pop("client_name", None)
     kw.pop("db", None)
@@ -161,9 +162,56 @@ def _connect_cluster(settings: Settings, url: str, kwargs: dict[str, Any], check
     return client
 
 
+#: How long a command waits for a slot whose primary is gone to get a new one
+#: (a failover takes cluster-node-timeout plus an election: a few seconds).
+FAILOVER_WAIT_S = 10.0
+
+
+@cache
+def _failover_cluster_class() -> Any:
+    """redis-py's RedisCluster, whose commands ride out a failover.
+
+    redis-py already refreshes its slot map and retries when a node is
+    unreachable, but at once, a few times: while the dead primary's slots have
+    no primary yet (``cluster-node-timeout`` plus an election) that fails. This
+    client retries a command that could not reach its node, or was answered
+    ``CLUSTERDOWN`` / ``TRYAGAIN`` / ``MASTERDOWN``, with backoff for up to
+    :data:`FAILOVER_WAIT_S`. It does not retry a timeout (a node that took the
+    command may have run it), nor anything else. Pipelines are not retried
+    (their callers have their own loops: consumers back off and carry on).
+    """
+    import time
+
+    from redis import exceptions as rx
+    from redis.cluster import RedisCluster
+
+    retryable = (rx.ConnectionError, rx.ClusterDownError, rx.TryAgainError, rx.MasterDownError)
+
+    class FailoverCluster(RedisCluster):  # type: ignore[misc]
+        def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+            deadline = None
+            delay = 0.05
+            while True:
+                try:
+                    return super().execute_command(*args, **kwargs)
+                except retryable as exc:
+                    if isinstance(exc, rx.TimeoutError):
+                        raise
+                    now = time.monotonic()
+                    if deadline is None:
+                        deadline = now + FAILOVER_WAIT_S
+                    if now >= deadline:
+                        raise
+                    time.sleep(min(delay, deadline - now))
+                    delay = min(delay * 2, 0.5)
+
+    return FailoverCluster
+
+
 def cluster_clone(client: Any, *, socket_timeout: float) -> Any:
     """Another cluster client to the same cluster, with its own connections and
-    ``socket_timeout`` (the consumer's blocking wake-up listeners)."""
+    ``socket_timeout`` (the consumer's blocking wake-up listeners: plain
+    redis-py, whose error on a shut socket ends the listener's call at once)."""
     from redis.cluster import RedisCluster
 
     made = getattr(client, "_rsched_clone_kwargs", None)
