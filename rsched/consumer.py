@@ -565,7 +565,7 @@ class Consumer:
         self._closed = False
         self._next_hb = 0.0
         self._rr = random.randrange(len(self.queues))  # consumers start on different partitions
-        self._waker_client: redis.Redis | None = None
+        self._waker_client: Any = None  # redis.Redis, or a RedisCluster
         self._waker: threading.Thread | None = None
         self._waker_armed = threading.Event()
         self._popped = False

@@ -399,7 +399,8 @@ class Doctor:
             user = "(no ACLs)"
         key = f"{self.ns}:{{q:__doctor__}}:probe"
         if is_cluster(self.r):  # the probe key's primary
-            pool = self.r.get_redis_connection(self.r.get_node_from_key(key)).connection_pool
+            rc: Any = self.r
+            pool = rc.get_redis_connection(rc.get_node_from_key(key)).connection_pool
         else:
             pool = self.r.connection_pool
         conn = pool.get_connection()
