@@ -13,7 +13,8 @@ says about itself, and compared with Redis's own records afterwards.
 Each scenario prints its figures (``FIGURE name {...}``, visible with ``-s``)
 for the README's reliability section. The short versions run in CI; the
 ``slow`` ones are soaks for a developer machine (``pytest -m slow``).
-Single Redis only: the Cluster and Sentinel scenarios come with those features.
+Single Redis only: Sentinel failover is in ``test_sentinel.py`` (and ``--wait-replicas``
+in ``test_replicas.py``), Cluster in ``test_cluster.py``.
 """
 
 from __future__ import annotations
