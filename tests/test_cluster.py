@@ -469,6 +469,76 @@ def test_cron_exactly_once_locks_listed_and_requeue_stale_on_a_cluster(
     assert "Redis Cluster" in res.stderr
 
 
+def test_slot_migrated_mid_drain_consumer_follows(cluster: Cluster, ccli: ClusterCli) -> None:
+    """`redis-cli --cluster reshard` moves the queue's slot to another primary
+    while a consumer drains it (ASK / TRYAGAIN during the move, MOVED after):
+    every task runs exactly once and the consumer needs no restart."""
+    c = cluster.client()
+    try:
+        queue = next(
+            f"m{i}" for i in range(10_000) if c.keyslot(f"{ccli.namespace}:{{q:m{i}}}:tasks") < 40
+        )
+        src = cluster.node_of(f"{ccli.namespace}:{{q:{queue}}}:tasks")
+    finally:
+        c.close()
+    dst = next(n for n in cluster.nodes if n is not src and n.alive())
+    n_tasks = 1500
+    lines = "".join(
+        json.dumps({"type": "job", "id": str(i), "queue": queue}) + "\n" for i in range(n_tasks)
+    )
+    ccli("add", "--from", "-", input=lines)
+    log = Path(ccli.cwd, "runs.log")
+    p = ccli.spawn(
+        "run",
+        "consumer",
+        "--queue",
+        queue,
+        "--concurrency",
+        "4",
+        "--handler",
+        f"job=sh -c 'echo $0 >> {log}'",
+    )
+
+    def ran() -> list[str]:
+        return log.read_text().split() if log.exists() else []
+
+    wait_for(lambda: len(ran()) >= n_tasks // 5, timeout=60, what="a fifth of the runs")
+    ids = []
+    for n in (src, dst):
+        nc = n.client()
+        ids.append(nc.execute_command("CLUSTER", "MYID"))
+        nc.close()
+    cli = _cli_binary()
+    assert cli is not None
+    subprocess.run(
+        [
+            cli,
+            "--cluster",
+            "reshard",
+            f"127.0.0.1:{src.port}",
+            "--cluster-from",
+            ids[0],
+            "--cluster-to",
+            ids[1],
+            "--cluster-slots",
+            "40",
+            "--cluster-yes",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    done_at_move = len(ran())
+    print(f"\nslot migration: moved with {done_at_move} of {n_tasks} runs done")
+    assert done_at_move < n_tasks, "the slot should move mid-drain"
+    assert cluster.node_of(f"{ccli.namespace}:{{q:{queue}}}:tasks") is dst
+    wait_for(lambda: len(ran()) >= n_tasks, timeout=90, what="every run")
+    runs = ran()
+    assert sorted(runs, key=int) == [str(i) for i in range(n_tasks)], "each task exactly once"
+    _stop(p)
+    assert p.returncode == 0
+
+
 # ---------------------------------------------------------------- partitioned queues
 
 
