@@ -39,7 +39,7 @@ def figure(name: str, **values: Any) -> None:
 class SentinelProc:
     """One ``redis-server sentinel.conf --sentinel`` process."""
 
-    def __init__(self, master_port: int, password: str | None):
+    def __init__(self, master_port: int, password: str | None, own_password: str | None = None):
         self.dir = tempfile.mkdtemp(prefix="rsched-test-sentinel-")
         self.port = free_port()
         lines = [
@@ -54,6 +54,9 @@ class SentinelProc:
         ]
         if password:
             lines.append(f"sentinel auth-pass {SERVICE} {password}")
+        self.password = own_password
+        if own_password:  # the sentinels' own: clients and the other sentinels need it
+            lines += [f"requirepass {own_password}", f"sentinel sentinel-pass {own_password}"]
         self.conf = os.path.join(self.dir, "sentinel.conf")
         Path(self.conf).write_text("\n".join(lines) + "\n")
         self.proc = subprocess.Popen(
@@ -63,7 +66,9 @@ class SentinelProc:
         )
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, password=self.password, decode_responses=True
+        )
 
     def master(self) -> dict[str, Any]:
         with self.client() as c:
@@ -88,14 +93,16 @@ class SentinelProc:
 class SentinelSet:
     """A primary, one replica and three sentinels watching them."""
 
-    def __init__(self, password: str | None = PASSWORD):
+    def __init__(self, password: str | None = PASSWORD, sentinel_password: str | None = None):
         self.password = password
         auth = [f"masterauth {password}"] if password else []
         # masterauth on the primary too: after a failover it comes back as a replica.
         self.primary = RedisServer(flavour="redis", password=password, extra=auth).start()
         extra = [f"replicaof 127.0.0.1 {self.primary.port}", *auth]
         self.replica = RedisServer(flavour="redis", password=password, extra=extra).start()
-        self.sentinels = [SentinelProc(self.primary.port, password) for _ in range(3)]
+        self.sentinels = [
+            SentinelProc(self.primary.port, password, sentinel_password) for _ in range(3)
+        ]
         wait_for(self._ready, timeout=30, what="sentinels to see the replica and each other")
 
     def _ready(self) -> bool:
@@ -215,6 +222,27 @@ def test_a_wrong_service_or_dead_sentinels_exit_69_without_the_password(
     assert ":***@" in res.stderr
     res = scli("list", env={"RSCHED_REDIS_URL": "redis+sentinel://127.0.0.1:1"})
     assert res.returncode == 78 and "SERVICE" in res.stderr
+
+
+def test_sentinels_with_their_own_password(namespace: str, tmp_path: Path) -> None:
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server (with --sentinel) is not on PATH")
+    guarded = SentinelSet(sentinel_password="sentinel-only-pw")
+    c = Cli(guarded.primary, namespace, cwd=str(tmp_path))
+    try:
+        env = {"RSCHED_REDIS_URL": guarded.url}
+        res = c("add", "s.p", "1", env=env)
+        assert res.returncode == 69, res.stderr
+        assert "sentinel-only-pw" not in res.stderr and PASSWORD not in res.stderr
+        env["RSCHED_SENTINEL_PASSWORD"] = "sentinel-only-pw"
+        c("add", "s.p", "1", env=env, check=0)
+        pw = tmp_path / "sentinel.pass"
+        pw.write_text("sentinel-only-pw\n")
+        (tmp_path / "rsched.toml").write_text(f'[redis]\nsentinel_password_file = "{pw}"\n')
+        assert [t["id"] for t in c.json("list", env={"RSCHED_REDIS_URL": guarded.url})] == ["1"]
+    finally:
+        c.close()
+        guarded.stop()
 
 
 # ----------------------------------------------------------------------------- failover
