@@ -358,7 +358,33 @@ class Doctor:
                 )
             return Check(name, PASS, f"cluster (state {state}); each queue's keys share a hash tag")
         suffix = f", {replicas} replica(s)" if replicas else ""
+        via = self._sentinel_view()
+        if via is not None:
+            service, answering, total = via
+            detail = (
+                f"{mode}, {role}{suffix}, via Sentinel service {service} "
+                f"({answering} of {total} sentinels answer)"
+            )
+            if answering < total or not replicas:
+                why = "no replica to promote" if not replicas else "sentinels unreachable"
+                return Check(name, WARN, f"{detail}: {why}; a failover may not happen")
+            return Check(name, PASS, detail)
         return Check(name, PASS, f"{mode}, {role}{suffix}")
+
+    def _sentinel_view(self) -> tuple[str, int, int] | None:
+        """(service, sentinels that answer PING, sentinels named) for a client made
+        from a ``redis+sentinel://`` URL, else None."""
+        pool = getattr(self.r, "connection_pool", None)
+        manager = getattr(pool, "sentinel_manager", None)
+        if manager is None:
+            return None
+        answering = 0
+        for sentinel in manager.sentinels:
+            try:
+                answering += bool(sentinel.ping())
+            except redis.RedisError:
+                pass
+        return str(pool.service_name), answering, len(manager.sentinels)
 
     def clock(self) -> Check:
         name = "clock"

@@ -192,6 +192,15 @@ def test_add_list_show_and_consume_through_the_sentinel_url(
     # The password never shows, whatever the command prints.
     res = scli("-v", "doctor")
     assert PASSWORD not in res.stdout + res.stderr
+    # doctor sees the master through the sentinels, and the sentinels themselves.
+    rows = {r["check"]: r for r in json.loads(scli("doctor", "--json").stdout)}
+    topo = rows["topology"]
+    assert topo["status"] == "PASS", topo
+    assert f"via Sentinel service {SERVICE} (3 of 3 sentinels answer)" in topo["detail"]
+    assert "master, 1 replica(s)" in topo["detail"]
+    sentinel_set.sentinels[0].stop()
+    topo = {r["check"]: r for r in json.loads(scli("doctor", "--json").stdout)}["topology"]
+    assert topo["status"] == "WARN" and "2 of 3 sentinels answer" in topo["detail"], topo
 
 
 def test_sentinels_from_the_config_file(
