@@ -1092,7 +1092,12 @@ def test_least_privilege_acl_user_runs_everything_and_is_refused_the_rest(
         cli("pause", "--queue", "default", check=0)
         cli("resume", "--queue", "default", check=0)
         assert "rsched_" in cli("metrics", check=0).stdout
-        denied = admin.execute_command("ACL", "LOG")
+        # Run loops try INFO/CONFIG once at start for doctor's startup warnings and say
+        # "could not verify" when refused; every other denial means ACL_COMMANDS is short.
+        denied = [
+            d for d in admin.execute_command("ACL", "LOG")
+            if not (d.get("reason") == "command" and str(d.get("object", "")).split("|")[0] in ("info", "config"))
+        ]  # fmt: skip
         assert not denied, f"rsched needs more than ACL_COMMANDS: {denied}"
         # a namespace outside the user's keys is refused, and nothing is written there
         res = cli("--namespace", "other", "add", "t.acl", "x1")

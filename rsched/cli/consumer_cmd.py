@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, pass_app
 from rsched.errors import BadInput, ConfigError
 
@@ -113,6 +114,7 @@ def build_handlers(
     "see `add --partitions`) [config; default: as stored, else 1].",
 )
 @click.option("--burst", is_flag=True, help="Exit 0 once nothing is due and nothing is running.")
+@loop_options
 @pass_app
 def consumer(
     app: App,
@@ -128,6 +130,7 @@ def consumer(
     grace: str | None,
     partitions: str | None,
     burst: bool,
+    metrics_port: int | None,
 ) -> None:
     """Consume delayed tasks: claim due tasks, run their handler, ack / retry with
     backoff / dead-letter, heartbeat leases, reap stale ones.
@@ -178,7 +181,9 @@ def consumer(
         queue_options(app.settings, q, **opt_kw)
     _from_config(app.settings, names[0], "concurrency", _positive_int)
     _from_config(app.settings, names[0], "grace", _ms)
+    check_metrics_port(metrics_port)
     # Everything is checked; only now touch Redis.
+    start_loop(app, metrics_port)
     c = Consumer(
         app.rs,
         names,

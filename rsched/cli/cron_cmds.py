@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.cli.render import record, table
 from rsched.errors import BadInput, ConfigError
@@ -185,6 +186,7 @@ def exec_cmd(
     help="When the run lock is lost: stop the job, or let it run.",
 )
 @wait_replicas_options
+@loop_options
 @_CMD
 @pass_app
 def run_cron(
@@ -204,6 +206,7 @@ def run_cron(
     on_lock_lost: str,
     wait_replicas: int | None,
     wait_replicas_timeout: str | None,
+    metrics_port: int | None,
     command: tuple[str, ...],
 ) -> None:
     """Lock-guarded cron runner: each tick fires exactly once across all runners.
@@ -219,6 +222,7 @@ def run_cron(
     from rsched import cron
 
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
+    check_metrics_port(metrics_port)
     if all_:
         if name or schedule or command:
             raise BadInput(
@@ -261,6 +265,7 @@ def run_cron(
             )
         ]
     rs = app.rs  # connects (exit 69 when unreachable at start)
+    start_loop(app, metrics_port)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
