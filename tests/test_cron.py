@@ -218,8 +218,13 @@ def test_paused_cron_fires_nothing_and_records_skipped(cli: Cli, tmp_path: Path)
     assert cli.json("crons")[0]["paused"] is True
     cli("resume", "nightly", check=0)
     wait_for(lambda: lines(log), timeout=10, what="fires after resume")
+    # Stop only once a run has finished: SIGTERM may otherwise stop the job mid-run.
+    wait_for(
+        lambda: [r for r in history(cli, "nightly") if r["result"] == "ok"],
+        timeout=10,
+        what="an ok run",
+    )
     assert stop_all([p]) == [0]
-    assert [r for r in history(cli, "nightly") if r["result"] == "ok"]
 
 
 def test_pause_queue_passes_through(cli: Cli, rs: Rsched) -> None:
