@@ -92,6 +92,7 @@ with open(out, "w") as fh:
 """
 
 
+@pytest.mark.valkey
 def test_command_handler_gets_id_last_env_and_payload_on_stdin(
     cli: Cli, rs: Rsched, tmp_path: Path
 ) -> None:
@@ -268,6 +269,7 @@ def _assert_each_once(rs: Rsched, ran: Path, n: int, task_type: str) -> set[str]
     return {r[2] for r in rows}
 
 
+@pytest.mark.valkey
 def test_four_consumers_2000_python_tasks_each_exactly_once(
     cli: Cli, rs: Rsched, tmp_path: Path
 ) -> None:
@@ -310,6 +312,7 @@ LEASE_HANDLER = """
 """
 
 
+@pytest.mark.valkey
 def test_kill9_mid_task_runs_again_after_its_lease(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
     h = script(tmp_path, "h.sh", LEASE_HANDLER)
     env = {"FIRST_SLEEP": "30"}

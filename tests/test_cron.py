@@ -131,6 +131,7 @@ def _three_runners(cli: Cli, tmp_path: Path, ticks: int) -> None:
     print(f"{len(ms)} ticks fired by runners {Counter(f[2] for f in fired)}")
 
 
+@pytest.mark.valkey
 def test_three_runners_every_tick_exactly_once(cli: Cli, tmp_path: Path) -> None:
     _three_runners(cli, tmp_path, 8)
 
