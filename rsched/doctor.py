@@ -374,9 +374,9 @@ class Doctor:
     def _sentinel_view(self) -> tuple[str, int, int] | None:
         """(service, sentinels that answer PING, sentinels named) for a client made
         from a ``redis+sentinel://`` URL, else None."""
-        pool = getattr(self.r, "connection_pool", None)
+        pool: Any = getattr(self.r, "connection_pool", None)
         manager = getattr(pool, "sentinel_manager", None)
-        if manager is None:
+        if pool is None or manager is None:
             return None
         answering = 0
         for sentinel in manager.sentinels:
