@@ -32,8 +32,8 @@ _rsched_options() {
     'rsched resume') echo '--queue --help' ;;
     'rsched retry') echo '--queue --all --format --json --help' ;;
     'rsched run') echo '--help' ;;
-    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --help' ;;
-    'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --help' ;;
+    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --help' ;;
+    'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
@@ -66,8 +66,8 @@ _rsched_value_options() {
     'rsched requeue-stale') echo '--queue --format' ;;
     'rsched resume') echo '--queue' ;;
     'rsched retry') echo '--queue --format' ;;
-    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port' ;;
-    'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port' ;;
+    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
+    'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server start') echo '--dir --port --password-file --flavour --format' ;;
@@ -100,9 +100,11 @@ _rsched_choices() {
     'rsched queues|--format') echo 'table plain json' ;;
     'rsched requeue-stale|--format') echo 'table plain json' ;;
     'rsched retry|--format') echo 'table plain json' ;;
+    'rsched run consumer|--log-format') echo 'text json' ;;
     'rsched run cron|--concurrency') echo 'forbid allow replace' ;;
     'rsched run cron|--misfire') echo 'skip run-once' ;;
     'rsched run cron|--on-lock-lost') echo 'kill continue' ;;
+    'rsched run cron|--log-format') echo 'text json' ;;
     'rsched server|--flavour') echo 'auto redis valkey' ;;
     'rsched server|--format') echo 'table plain json' ;;
     'rsched server start|--flavour') echo 'auto redis valkey' ;;

@@ -47,3 +47,26 @@ def test_bad_metrics_port_is_refused_before_connecting(cli: Cli) -> None:
         env={"RSCHED_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
     )
     assert res.returncode == 2 and "--metrics-port" in res.stderr
+
+
+def test_log_format_json_is_one_object_a_line(cli: Cli) -> None:
+    import json
+
+    cli("add", "t.x", "1", check=0)
+    res = cli(
+        "-v",
+        "run",
+        "consumer",
+        "--call",
+        "t.x=json:dumps",
+        "--burst",
+        "--log-format",
+        "json",
+        check=0,
+    )
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) >= 2
+    for ln in lines:
+        obj = json.loads(ln)
+        assert set(obj) == {"time", "level", "message"} and obj["time"].endswith("Z")
+    assert any("stopped" in json.loads(ln)["message"] for ln in lines)

@@ -191,7 +191,7 @@ def consumer(
         burst=burst,
         verbose=app.verbose,
         quiet=app.quiet,
-        log=lambda line: click.echo(line, err=True),
+        log=app.log,
         **kw,
     )
     c.run()

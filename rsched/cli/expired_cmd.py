@@ -140,6 +140,6 @@ def expired(
         set_notify=set_notify,
         verbose=app.verbose,
         quiet=app.quiet,
-        log=lambda line: click.echo(line, err=True),
+        log=app.log,
     )
     runner.run()

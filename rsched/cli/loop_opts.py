@@ -11,7 +11,23 @@ from rsched.cli.main import App
 from rsched.errors import BadInput
 
 
+def _set_log_format(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    app = ctx.find_object(App)
+    if app is not None and value:
+        app.log_format = value
+    return value
+
+
 def loop_options(f: Any) -> Any:
+    f = click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        expose_value=False,
+        callback=_set_log_format,
+        help="Log lines on stderr as text, or one JSON object a line for log shippers.",
+    )(f)
     f = click.option(
         "--metrics-port",
         type=int,

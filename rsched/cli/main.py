@@ -103,14 +103,32 @@ class App:
     def json(self) -> bool:
         return self.fmt == "json"
 
+    #: "text" or "json" (one JSON object a line, for log shippers; run loops' --log-format)
+    log_format = "text"
+
+    def log(self, message: str, level: str = "info") -> None:
+        """One line on stderr, as text or as a JSON object (``--log-format json``)."""
+        if self.log_format == "json":
+            import json
+            import time
+
+            from rsched.timeutil import iso
+
+            text = message[len("rsched: ") :] if message.startswith("rsched: ") else message
+            message = json.dumps(
+                {"time": iso(int(time.time() * 1000)), "level": level, "message": text},
+                ensure_ascii=False,
+            )
+        click.echo(message, err=True)
+
     def info(self, message: str) -> None:
         """A diagnostic for people (stderr), silenced by -q."""
         if not self.quiet:
-            click.echo(message, err=True)
+            self.log(message)
 
     def debug(self, message: str) -> None:
         if self.verbose and not self.quiet:
-            click.echo(message, err=True)
+            self.log(message, "debug")
 
 
 def _set_format(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
