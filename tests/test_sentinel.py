@@ -311,19 +311,24 @@ def _failover(
         sentinel_set.primary.kill()
         new_port = wait_for(
             lambda: (p := sentinel_set.master_port()) not in (None, old_port) and p,
-            timeout=30,
+            timeout=60,
             what="a replica promoted",
         )
         promoted_s = time.monotonic() - killed_at
         assert new_port == sentinel_set.replica.port
         if wait_replicas:
             # The promoted replica has no replica of its own: WAIT 1 can only succeed
-            # again once the old master is back, which the sentinels turn into one.
+            # again once the old master is back as one. The sentinels would convert it
+            # themselves, but only after failover-timeout and never while in TILT mode
+            # (a loaded machine stalls their timer > 2 s, and TILT lasts 30 s), so the
+            # test points it at the new master as an operator would; the sentinels
+            # agree with that configuration.
             sentinel_set.primary.start()
             with sentinel_set.primary.client() as old:
+                old.replicaof("127.0.0.1", new_port)
                 wait_for(
                     lambda: old.info("replication").get("master_link_status") == "up",
-                    timeout=30,
+                    timeout=60,
                     what="the old master back as a replica",
                 )
         wait_for(lambda: len(acked) > acked_at_kill + 20, timeout=30, what="the producer back")
