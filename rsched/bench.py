@@ -22,6 +22,14 @@ Sections (``only`` picks some):
               queue of scheduled tasks, and Redis memory per scheduled task.
 
 Throughput and lateness figures are medians of ``repeat`` runs.
+
+Redis Cluster: every server-side figure is read from every primary (commandstats
+and MONITOR per primary, summed, with a ``per_node`` breakdown) or from the
+primary that holds the measured queue's slot (memory per task). With
+``partitions`` > 1 the enqueue, drain, lateness, cold and idle queues are split
+into that many partitions (spread over the primaries); scale measures one
+queue (a partition is one). A figure that cannot be measured is ``None`` and
+its section's ``unmeasured`` maps it to the reason.
 """
 
 from __future__ import annotations
@@ -37,12 +45,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rsched.conn import is_cluster
 from rsched.errors import BadInput, Conflict, RschedError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,6 +98,8 @@ class Params:
     scale_large: int = 1_000_000
     scale_samples: int = 1_000
     repeat: int = 3
+    #: the bench's queues are split into this many partitions (1: plain queues)
+    partitions: int = 1
 
     @classmethod
     def quick(cls) -> Params:
@@ -257,6 +268,126 @@ def delete_namespace(rs: Rsched, namespace: str) -> int:
     return n
 
 
+def child_env(
+    settings: Settings, namespace: str, workdir: str, *, embedded: bool
+) -> dict[str, str]:
+    """The environment of the ``rsched`` processes a bench or demo starts: the
+    same server, credentials, TLS files and config file as this process (the
+    config's path made absolute: they run in ``workdir``), none of the caller's
+    other ``RSCHED_*`` variables; an embedded server's run sees no config file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RSCHED_") and k != "REDIS_URL"}
+    env.update(
+        {
+            "RSCHED_REDIS_URL": settings.redis_url,
+            "RSCHED_NAMESPACE": namespace,
+            "NO_COLOR": "1",
+        }
+    )
+    if embedded:
+        env["XDG_CONFIG_HOME"] = os.path.join(workdir, "xdg")  # no user config
+        return env
+    if settings.password is not None:
+        env["RSCHED_REDIS_PASSWORD"] = settings.password
+    if settings.config_path is not None:
+        env["RSCHED_CONFIG"] = str(Path(settings.config_path).resolve())
+    if settings.cluster is not None:
+        env["RSCHED_REDIS_CLUSTER"] = "true" if settings.cluster else "false"
+    for var in ("RSCHED_TLS_CA", "RSCHED_TLS_CERT", "RSCHED_TLS_KEY", "RSCHED_SENTINEL_PASSWORD"):
+        if os.environ.get(var):
+            env[var] = os.environ[var]
+    return env
+
+
+def primaries(client: Any) -> list[tuple[str, Any]]:
+    """(name, plain client) of every server whose figures count: each primary of
+    a Redis Cluster (redis-py sends INFO, TIME, MONITOR to one node only), else
+    the one server."""
+    if not is_cluster(client):
+        return [("server", client)]
+    return sorted(
+        ((n.name, client.get_redis_connection(n)) for n in client.get_primaries()),
+        key=lambda t: t[0],
+    )
+
+
+def node_of(client: Any, key: str) -> tuple[str, Any]:
+    """(name, plain client) of the primary that holds ``key``'s slot."""
+    if not is_cluster(client):
+        return ("server", client)
+    node = client.get_node_from_key(key)
+    return node.name, client.get_redis_connection(node)
+
+
+def _server_s(node: Any) -> float:
+    sec, usec = node.time()
+    return int(sec) + int(usec) / 1e6
+
+
+def _client_addrs(node: Any) -> set[str]:
+    """Addresses of the connections a server has now (CLIENT LIST)."""
+    return {str(c.get("addr")) for c in node.client_list()}
+
+
+class _Monitor:
+    """MONITOR on one server, read in a thread: the time stamps (that server's
+    clock) of the requests sent by connections not in ``known`` (those opened
+    after it was taken: the process under test's). A script's own commands
+    (``lua`` lines) and the bench's INFO and TIME are left out."""
+
+    def __init__(self, name: str, node: Any, known: set[str]):
+        import threading
+
+        self.name = name
+        self.node = node
+        self.known = known
+        self.stamps: list[float] = []
+        self.error: str | None = None
+        self.ready = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        if not self.ready.wait(10) and self.error is None:
+            self.error = f"MONITOR on {self.name} did not start"
+
+    def _read(self) -> None:
+        pool = self.node.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command("MONITOR")
+            conn.read_response()
+            self.ready.set()
+            while not self.done.is_set():
+                line = str(conn.read_response())
+                head, _, rest = line.partition(" ")
+                if " lua] " in line[:40] or self.done.is_set():
+                    continue
+                where, _, call = rest.partition("] ")
+                if where.rpartition(" ")[2] in self.known:  # another client, or the bench
+                    continue
+                cmd = call.split(" ", 1)[0].strip('"').upper()
+                if cmd not in ("INFO", "TIME"):  # the bench's own
+                    self.stamps.append(float(head))
+        except Exception as exc:  # noqa: BLE001 - reported as the figure's reason
+            if not self.done.is_set():
+                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.error = f"MONITOR on {self.name}: {text}"
+        finally:
+            self.ready.set()
+            conn.disconnect()
+            pool.release(conn)
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            try:
+                self.node.time()  # one more line for the reader to see `done`
+            except Exception:  # noqa: BLE001 - the join below bounds the wait
+                pass
+            self.thread.join(10)
+
+
 # --------------------------------------------------------------------------- the bench
 
 
@@ -277,41 +408,48 @@ class Bench:
         self.workdir = workdir
         self.embedded = embedded
         self.say = say
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith("RSCHED_") and k != "REDIS_URL"
-        }
-        env.update(
-            {
-                "RSCHED_REDIS_URL": settings.redis_url,
-                "RSCHED_NAMESPACE": rs.namespace,
-                "NO_COLOR": "1",
-            }
-        )
-        if embedded:
-            env["XDG_CONFIG_HOME"] = os.path.join(workdir, "xdg")  # no user config
-        else:
-            if settings.password is not None:
-                env["RSCHED_REDIS_PASSWORD"] = settings.password
-            if settings.config_path is not None:
-                # absolute: the processes run in the bench's own directory
-                env["RSCHED_CONFIG"] = str(Path(settings.config_path).resolve())
-            for var in ("RSCHED_TLS_CA", "RSCHED_TLS_CERT", "RSCHED_TLS_KEY"):
-                if os.environ.get(var):
-                    env[var] = os.environ[var]
-        self.env = env
+        self.env = env = child_env(settings, rs.namespace, workdir, embedded=embedded)
         self.procs = _Procs(env, workdir)
+        self.cluster = is_cluster(rs.redis)
+        self.parts = max(1, params.partitions)
+        self.nodes = primaries(rs.redis)
 
     # -------------------------------------------------------------- utilities
 
-    def _clear_queue(self, queue: str) -> None:
-        q = self.rs.keys.queue(queue)
-        self.rs.redis.unlink(
-            q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history
-        )
-        self.rs.redis.unlink(q.stats)
+    def _names(self, queue: str, parted: bool = True) -> list[str]:
+        """The stored queues behind one of the bench's queues: itself, or its
+        partitions (the count is stored in Redis on first use, as `add` does)."""
+        if self.parts == 1 or not parted:
+            return [queue]
+        from rsched import partitions as P
 
-    def _fill(self, queue: str, n: int, task_type: str, *, delay: Callable[[int], int] | None):
-        """Add ``n`` tasks straight through the library (no per-line parsing)."""
+        return P.names(self.rs, queue, self.parts)
+
+    def _want(self) -> int | None:
+        return self.parts if self.parts > 1 else None
+
+    def _part_args(self) -> list[str]:
+        return ["--partitions", str(self.parts)] if self.parts > 1 else []
+
+    def _clear_queue(self, queue: str, parted: bool = True) -> None:
+        for name in self._names(queue, parted):
+            q = self.rs.keys.queue(name)
+            self.rs.redis.unlink(
+                q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history
+            )
+            self.rs.redis.unlink(q.stats)
+
+    def _fill(
+        self,
+        queue: str,
+        n: int,
+        task_type: str,
+        *,
+        delay: Callable[[int], int] | None,
+        parted: bool = True,
+    ) -> None:
+        """Add ``n`` tasks straight through the library (no per-line parsing);
+        ``parted``: into the queue's partitions (with ``--partitions``)."""
         from rsched.tasks import TaskSpec, add_counts
 
         step = 20_000
@@ -326,7 +464,7 @@ class Bench:
                 )
                 for i in range(start, min(n, start + step))
             ]
-            add_counts(self.rs, specs, batch=1000)
+            add_counts(self.rs, specs, batch=1000, partitions=self._want() if parted else None)
 
     def _wait(self, cond: Callable[[], bool], timeout: float, what: str, proc: Any = None) -> None:
         deadline = time.monotonic() + timeout
@@ -338,8 +476,12 @@ class Bench:
             time.sleep(0.005)
 
     def _consumer(self, queue: str, *handler_args: str) -> tuple[Any, Path]:
-        proc = self.procs.spawn("-q", "run", "consumer", "--queue", queue, *handler_args)
-        k = self.rs.keys.queue(queue)
+        names = self._names(queue)
+        proc = self.procs.spawn(
+            "-q", "run", "consumer", "--queue", queue, *self._part_args(), *handler_args
+        )
+        # a consumer of a partitioned queue registers in every partition
+        k = self.rs.keys.queue(names[-1])
         self._wait(
             lambda: self.rs.redis.zcard(k.consumers) > 0,
             60,
@@ -349,15 +491,19 @@ class Bench:
         return proc
 
     def _tasks_left(self, queue: str) -> int:
-        return int(self.rs.redis.hlen(self.rs.keys.queue(queue).tasks))
+        return sum(int(self.rs.redis.hlen(self.rs.keys.queue(n).tasks)) for n in self._names(queue))
 
-    def _commands(self) -> int:
-        stats = self.rs.redis.info("commandstats")
-        return sum(
-            int(v["calls"])
-            for k, v in stats.items()
-            if k.startswith("cmdstat_") and k not in ("cmdstat_info",)
-        )
+    def _commands(self) -> dict[str, int]:
+        """Commands each primary has run (INFO commandstats; INFO itself left out)."""
+        out = {}
+        for name, node in self.nodes:
+            stats = node.info("commandstats")
+            out[name] = sum(
+                int(v["calls"])
+                for k, v in stats.items()
+                if k.startswith("cmdstat_") and k not in ("cmdstat_info",)
+            )
+        return out
 
     # -------------------------------------------------------------- enqueue
 
@@ -388,7 +534,7 @@ class Bench:
         for r in range(self.p.repeat):
             data = self._lines(n, f"a{r}")
             t0 = time.perf_counter()
-            counts = add_lines(self.rs, data.splitlines(keepends=True))
+            counts = add_lines(self.rs, data.splitlines(keepends=True), partitions=self._want())
             dt = time.perf_counter() - t0
             if counts.get("added") != n:
                 raise RschedError(f"bench: enqueue added {counts} of {n}")
@@ -397,7 +543,7 @@ class Bench:
             data = self._lines(n, f"p{r}")
             t0 = time.perf_counter()
             res = subprocess.run(
-                [*cmd, "-q", "add", "--from", "-", "--json"],
+                [*cmd, "-q", "add", "--from", "-", *self._part_args(), "--json"],
                 input=data,
                 env=self.env,
                 cwd=self.workdir,
@@ -423,6 +569,7 @@ class Bench:
         from rsched import tasks
 
         rates = []
+        self._names(queue)  # a partition count is stored before pausing them all
         tasks.pause(self.rs, queue)
         proc = self._consumer(queue, *handler_args)
         try:
@@ -479,7 +626,7 @@ class Bench:
                 TaskSpec("bench.late", str(i), queue, delay_ms=rnd.randint(300, window_ms))
                 for i in range(self.p.lateness_tasks)
             ]
-            add_counts(self.rs, specs)
+            add_counts(self.rs, specs, partitions=self._want())
             self._wait(
                 lambda: self._tasks_left(queue) == 0,
                 self.p.lateness_s + 60,
@@ -489,12 +636,16 @@ class Bench:
         finally:
             self.procs.stop(proc[0])
         late = []
-        for _id, fields in self.rs.redis.xrange(self.rs.keys.queue(queue).history, "-", "+"):
-            rec = json.loads(fields["j"])
-            if rec.get("result") != "ok":
-                continue
-            at = rec["finished_ms"] if use_finish else rec["started_ms"]
-            late.append(int(at) - int(rec["fire_ms"]))
+        # each record's due and start times are read from its partition's own
+        # primary, so clocks of different nodes are never compared
+        for name in self._names(queue):
+            history = self.rs.redis.xrange(self.rs.keys.queue(name).history, "-", "+")
+            for _id, fields in history:
+                rec = json.loads(fields["j"])
+                if rec.get("result") != "ok":
+                    continue
+                at = rec["finished_ms"] if use_finish else rec["started_ms"]
+                late.append(int(at) - int(rec["fire_ms"]))
         self._clear_queue(queue)
         if len(late) != self.p.lateness_tasks:
             raise RschedError(f"bench: {len(late)} of {self.p.lateness_tasks} late tasks ran")
@@ -527,7 +678,8 @@ class Bench:
         for i in range(self.p.cold_runs + 1):
             t0 = time.perf_counter()
             res = subprocess.run(
-                [*cmd, "add", "--in", "1h", "--queue", "bench-cold", "bench.cold", f"c{i}"],
+                [*cmd, "add", "--in", "1h", "--queue", "bench-cold", *self._part_args()]
+                + ["bench.cold", f"c{i}"],
                 env=self.env,
                 cwd=self.workdir,
                 capture_output=True,
@@ -540,90 +692,99 @@ class Bench:
                 )
             if i:  # the first run warms the page cache
                 times.append(dt * 1000)
+        # every add went where the library looks for it (on a cluster: the slot's primary)
+        stored = self._tasks_left("bench-cold")
+        if stored != self.p.cold_runs + 1:
+            raise RschedError(f"bench: {stored} of {self.p.cold_runs + 1} cold adds were stored")
         self._clear_queue("bench-cold")
         return {
             "add_ms": round(_median(times), 1),
             "min_ms": round(min(times), 1),
             "runs": self.p.cold_runs,
             "command": " ".join([Path(cmd[0]).name, *cmd[1:], "add"]),
+            "client": self._oneshot_client(),
         }
+
+    def _oneshot_client(self) -> str:
+        """Which client `rsched add` uses here (see rsched.conn.connect_oneshot)."""
+        from rsched.conn import cluster_mode
+        from rsched.resp import parse_url
+
+        if self.cluster:
+            if cluster_mode(self.settings) is True:
+                return "redis-py cluster"
+            # the lean client asks HELLO first, then hands over to redis-py's cluster client
+            return "redis-py cluster (after the lean client's HELLO)"
+        if self.env.get("RSCHED_REDIS_PY") == "1" or parse_url(self.settings.redis_url) is None:
+            return "redis-py"
+        return "lean RESP"
 
     # -------------------------------------------------------------- idle
 
-    def _server_s(self) -> float:
-        sec, usec = self.rs.redis.time()
-        return int(sec) + int(usec) / 1e6
+    def _idle_rate(
+        self, start: Callable[[], Any], monitor: bool
+    ) -> tuple[dict[str, float], dict[str, float | None], str | None]:
+        """Per primary: commands/s by INFO commandstats (which counts every command
+        a script runs) and requests/s (what the process sent, a script call
+        counting once, read from MONITOR: only connections opened after it
+        started count; None when MONITOR could not be read), and why not."""
+        mons: list[_Monitor] = []
+        if monitor:
+            import redis
 
-    def _idle_rate(self, start: Callable[[], Any], monitor: bool) -> tuple[float, float | None]:
-        """(commands/s by INFO commandstats, which counts every command a script runs;
-        requests/s: what clients sent, a script call counting once, read from MONITOR)."""
-        import threading
-
-        from rsched.conn import connect
-
-        proc = start()
-        requests: list[float] = []
-        mon = connect(self.settings, check=False, socket_timeout=None) if monitor else None
-        ready = threading.Event()
-        stop = threading.Event()
-
-        def read() -> None:
-            assert mon is not None
-            conn = mon.connection_pool.get_connection()
             try:
-                conn.send_command("MONITOR")
-                conn.read_response()
-                ready.set()
-                while not stop.is_set():
-                    line = str(conn.read_response())
-                    head, _, rest = line.partition(" ")
-                    if " lua] " in line[:40] or stop.is_set():
-                        continue
-                    cmd = rest.partition("] ")[2].split(" ", 1)[0].strip('"').upper()
-                    if cmd not in ("INFO", "TIME"):  # the bench's own
-                        requests.append(float(head))
-            except Exception:  # noqa: BLE001 - the connection is closed to end it
-                pass
-            finally:
-                ready.set()
-                conn.disconnect()
-
-        reader = threading.Thread(target=read, daemon=True) if monitor else None
+                mons = [_Monitor(name, node, _client_addrs(node)) for name, node in self.nodes]
+            except redis.ResponseError as exc:
+                cmds, _, _ = self._idle_rate(start, False)
+                return cmds, dict.fromkeys(cmds), f"CLIENT LIST refused: {exc}"
+        proc = start()
         try:
-            if reader is not None:
-                reader.start()
-                ready.wait(10)
+            for m in mons:
+                m.start()
             time.sleep(1.0)  # past its start-up commands
-            s0 = self._server_s()
+            s0 = {name: _server_s(node) for name, node in self.nodes}
             c0 = self._commands()
             t0 = time.monotonic()
             time.sleep(self.p.idle_s)
             c1 = self._commands()
             dt = time.monotonic() - t0
-            s1 = self._server_s()
+            s1 = {name: _server_s(node) for name, node in self.nodes}
         finally:
-            stop.set()
             self.procs.stop(proc[0])
-            if reader is not None:
-                self.rs.redis.time()  # one more line for the reader to see `stop`
-                reader.join(10)
-        req = None
-        if monitor:
-            req = sum(1 for ts in requests if s0 <= ts <= s1) / (s1 - s0)
-        return (c1 - c0) / dt, req
+            for m in mons:
+                m.stop()
+        cmds = {name: (c1[name] - c0[name]) / dt for name, _ in self.nodes}
+        req: dict[str, float | None] = {name: None for name, _ in self.nodes}
+        errors = [m.error for m in mons if m.error]
+        if mons and not errors:
+            for m in mons:
+                lo, hi = s0[m.name], s1[m.name]  # each node's own clock
+                req[m.name] = sum(1 for ts in m.stamps if lo <= ts <= hi) / (hi - lo)
+        return cmds, req, "; ".join(errors) if errors else None
 
     def idle(self) -> dict[str, Any]:
-        base = 0.0
         c0 = self._commands()
         t0 = time.monotonic()
         time.sleep(min(self.p.idle_s, 2.0) if self.embedded else self.p.idle_s)
-        base = (self._commands() - c0) / (time.monotonic() - t0)
+        c1 = self._commands()
+        dt = time.monotonic() - t0
+        base = {name: (c1[name] - c0[name]) / dt for name, _ in self.nodes}
         # MONITOR streams every command: only on a quiet server.
-        monitor = base < 1000
-        consumer, consumer_req = self._idle_rate(
+        busy = sum(base.values())
+        monitor = busy < 1000
+        unmeasured: dict[str, str] = {}
+        if not monitor:
+            busy_why = (
+                f"other clients send {busy:,.0f} commands/s: MONITOR (which streams every "
+                "command) is not used on a busy server"
+            )
+            unmeasured["consumer_requests_per_s"] = unmeasured["cron_requests_per_s"] = busy_why
+        consumer, consumer_req, why_c = self._idle_rate(
             lambda: self._consumer("bench-idle", "--call", "bench.idle=rsched.bench:noop"),
             monitor,
         )
+        if why_c:
+            unmeasured["consumer_requests_per_s"] = why_c
         self._clear_queue("bench-idle")
 
         def cron() -> Any:
@@ -636,26 +797,62 @@ class Bench:
             )
             return proc
 
-        cron_cmds, cron_req = self._idle_rate(cron, monitor)
-        return {
+        cron_cmds, cron_req, why = self._idle_rate(cron, monitor)
+        if why:
+            unmeasured["cron_requests_per_s"] = why
+
+        def total(per: Mapping[str, float | None]) -> float | None:
+            if any(v is None for v in per.values()):
+                return None
+            return round(sum(v for v in per.values() if v is not None), 2)
+
+        def net(per: dict[str, float]) -> dict[str, float]:
+            """Less the other clients' rate on the same node (never below 0)."""
+            return {n: max(0.0, v - base[n]) for n, v in per.items()}
+
+        out: dict[str, Any] = {
             "window_s": self.p.idle_s,
-            "consumer_requests_per_s": None if consumer_req is None else round(consumer_req, 2),
-            "consumer_cmds_per_s": round(max(0.0, consumer - base), 2),
-            "cron_requests_per_s": None if cron_req is None else round(cron_req, 2),
-            "cron_cmds_per_s": round(max(0.0, cron_cmds - base), 2),
-            "other_clients_cmds_per_s": round(base, 2),
+            "consumer_requests_per_s": total(consumer_req),
+            "consumer_cmds_per_s": total(net(consumer)),
+            "cron_requests_per_s": total(cron_req),
+            "cron_cmds_per_s": total(net(cron_cmds)),
+            "other_clients_cmds_per_s": round(busy, 2),
+            "nodes": len(self.nodes),
+            "unmeasured": unmeasured,
         }
+        if self.cluster:
+
+            def r2(v: float | None) -> float | None:
+                return None if v is None else round(v, 2)
+
+            out["per_node"] = {
+                name: {
+                    "consumer_requests_per_s": r2(consumer_req[name]),
+                    "consumer_cmds_per_s": r2(net(consumer)[name]),
+                    "cron_requests_per_s": r2(cron_req[name]),
+                    "cron_cmds_per_s": r2(net(cron_cmds)[name]),
+                    "other_clients_cmds_per_s": r2(base[name]),
+                }
+                for name, _ in self.nodes
+            }
+        return out
 
     # -------------------------------------------------------------- scale
 
-    def _latencies(self, queue: str, size: int) -> dict[str, float]:
+    def _latencies(self, queue: str, size: int) -> dict[str, Any]:
         from rsched.client import DEFAULT_MAX_ATTEMPTS
 
         n = self.p.scale_samples
         k = self.rs.keys.queue(queue)
         rnd = random.Random(2)
-        self._fill(queue, size, "bench.scale", delay=lambda i: rnd.randint(60_000, 86_400_000))
-        mem = int(self.rs.redis.info("memory")["used_memory"])
+        self._fill(
+            queue,
+            size,
+            "bench.scale",
+            delay=lambda i: rnd.randint(60_000, 86_400_000),
+            parted=False,
+        )
+        mem = _used_memory(node_of(self.rs.redis, k.sched)[1])
         # `n` due tasks to claim one at a time
         from rsched.tasks import TaskSpec, add_counts
 
@@ -686,14 +883,24 @@ class Bench:
         return {"claim_p50_us": _pct(claims, 50), "add_p50_us": _pct(adds, 50), "mem": mem}
 
     def scale(self) -> dict[str, Any]:
+        """The queues here are never partitioned: a partition is one such queue.
+        Memory is read from the server (on a cluster: the primary) holding the
+        large queue's slot, before and after it is filled."""
         small, large = self.p.scale_small, self.p.scale_large
         a = self._latencies("bench-scale-small", small)
-        self._clear_queue("bench-scale-small")
+        self._clear_queue("bench-scale-small", parted=False)
         time.sleep(0.2)
-        before = int(self.rs.redis.info("memory")["used_memory"])
+        where, node = node_of(self.rs.redis, self.rs.keys.queue("bench-scale-large").sched)
+        before = _used_memory(node)
         b = self._latencies("bench-scale-large", large)
-        self._clear_queue("bench-scale-large")
-        return {
+        self._clear_queue("bench-scale-large", parted=False)
+        unmeasured = {}
+        per_task = None
+        if before is None or b["mem"] is None:
+            unmeasured["memory_bytes_per_task"] = f"INFO memory refused by {where}"
+        else:
+            per_task = round((b["mem"] - before) / large)
+        out = {
             "small": small,
             "large": large,
             "claim_p50_us_small": round(a["claim_p50_us"]),
@@ -702,8 +909,22 @@ class Bench:
             "add_p50_us_small": round(a["add_p50_us"]),
             "add_p50_us_large": round(b["add_p50_us"]),
             "add_ratio": round(b["add_p50_us"] / max(a["add_p50_us"], 1e-9), 2),
-            "memory_bytes_per_task": round((b["mem"] - before) / large),
+            "memory_bytes_per_task": per_task,
+            "unmeasured": unmeasured,
         }
+        if self.cluster:
+            out["memory_node"] = where
+        return out
+
+
+def _used_memory(node: Any) -> int | None:
+    """``used_memory`` of one server (None when INFO memory is refused)."""
+    import redis
+
+    try:
+        return int(node.info("memory")["used_memory"])
+    except (redis.ResponseError, KeyError):
+        return None
 
 
 # --------------------------------------------------------------------------- entry
@@ -712,13 +933,16 @@ class Bench:
 def _check_memory(rs: Rsched, params: Params, sections: list[str]) -> None:
     if "scale" not in sections:
         return
-    info = rs.redis.info("memory")
+    # the large queue lives on one server: on a cluster, the primary of its slot
+    where, node = node_of(rs.redis, rs.keys.queue("bench-scale-large").sched)
+    info = node.info("memory")
     maxmem = int(info.get("maxmemory") or 0)
     need = params.scale_large * 400
     if maxmem and int(info["used_memory"]) + need > maxmem * 0.8:
+        server = "this server's" if where == "server" else f"the maxmemory of {where} (its slot)"
         raise BadInput(
             "--quick",
-            f"the scale test needs about {need // 1_000_000} MB and this server's maxmemory "
+            f"the scale test needs about {need // 1_000_000} MB and {server} maxmemory "
             f"leaves less; use --quick (100,000 tasks) or leave out scale with --only",
         )
 
@@ -758,6 +982,10 @@ def run(
     for name in chosen:
         if name not in SECTIONS:
             raise BadInput("--only", f"{name!r} is not one of {', '.join(SECTIONS)}")
+    if params.partitions != 1:
+        from rsched.partitions import check_count
+
+        params.partitions = check_count(params.partitions)
     ns = namespace or f"rsched-bench-{secrets.token_hex(3)}"
     report = Report(machine=machine_info(), params=asdict(params))
     t_start = time.monotonic()
@@ -766,9 +994,11 @@ def run(
         with _maybe_embedded(embedded, workdir) as url:
             s = replace(settings, redis_url=url, namespace=ns) if url else replace(settings)
             s.namespace = ns
-            if url:
-                s.password = None
+            if url:  # the embedded server: none of the configured server's options
+                s.username = s.password = None
                 s.config_path = None
+                s.cluster = None
+                s.wait_replicas = 0
             rs = Rsched(connect(s, socket_timeout=120), ns, settings=None)
             found = namespace_keys(rs, ns, limit=1)
             if found:
@@ -784,6 +1014,9 @@ def run(
                 "version": info.get("valkey_version") or info.get("redis_version"),
                 "flavour": "valkey" if info.get("valkey_version") else "redis",
                 "namespace": ns,
+                "cluster": is_cluster(rs.redis),
+                "primaries": len(primaries(rs.redis)),
+                "partitions": params.partitions,
             }
             bench = Bench(rs, s, params, workdir, embedded=embedded, say=say)
             try:
@@ -848,15 +1081,26 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def unmeasured(report: Report) -> dict[str, str]:
+    """``section.figure`` -> why it is None (each section's ``unmeasured``)."""
+    out = {}
+    for section, res in report.results.items():
+        if isinstance(res, dict):
+            for key, why in (res.get("unmeasured") or {}).items():
+                out[f"{section}.{key}"] = why
+    return out
+
+
 def table_rows(report: Report) -> list[list[str]]:
     met = report.met()
+    why = unmeasured(report)
     rows = []
     for path, label, unit in ROWS:
         v = report.value(path)
-        if v is None:
+        if v is None and path not in why:
             continue
         t = TARGETS.get(path)
         target = f"{'≥' if t[0] == '>=' else '≤'} {_fmt(t[1])}" if t else ""
         ok = "" if path not in met else ("yes" if met[path] else "NO")
-        rows.append([label, _fmt(v), unit, target, ok])
+        rows.append([label, "n/a" if v is None else _fmt(v), unit, target, ok])
     return rows

@@ -129,3 +129,19 @@ def test_config_file_and_password_reach_its_processes(tmp_path: os.PathLike[str]
         assert srv.client().dbsize() == 0
     finally:
         srv.stop()
+
+
+def test_a_figure_not_measured_shows_n_a_with_its_reason() -> None:
+    from rsched.bench import Report, table_rows, unmeasured
+
+    r = Report()
+    r.results["idle"] = {
+        "consumer_requests_per_s": None,
+        "consumer_cmds_per_s": 0.5,
+        "unmeasured": {"consumer_requests_per_s": "MONITOR on n1: NOPERM"},
+    }
+    assert unmeasured(r) == {"idle.consumer_requests_per_s": "MONITOR on n1: NOPERM"}
+    rows = {row[0]: row for row in table_rows(r)}
+    assert rows["idle consumer: requests"][1] == "n/a"
+    assert rows["idle consumer: commands incl. in scripts"][1] == "0.50"
+    assert "idle.consumer_requests_per_s" not in r.met()  # not judged against its target
