@@ -5,6 +5,11 @@ temporary directory, three `rsched run cron` processes sharing one schedule,
 two `rsched run consumer` processes, adds a burst of delayed tasks, then reads
 the execution records back and reports: each tick fired once, each task ran
 once, firing lateness.
+
+Given settings (a Redis, Sentinel or Redis Cluster URL), it runs there instead,
+in a fresh namespace that it deletes afterwards; its processes get the same
+credentials, TLS files and config file. With ``partitions`` the task queue is
+split into that many partitions (on a cluster: spread over the primaries).
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.config import Settings
 
 RSCHED = [sys.executable, "-m", "rsched"]
 
@@ -41,6 +49,7 @@ def _pct(values: list[int], p: float) -> int:
 
 @dataclass
 class Summary:
+    server: dict[str, Any] = field(default_factory=dict)
     ticks: int = 0
     tick_fires: int = 0
     duplicate_ticks: int = 0
@@ -71,6 +80,7 @@ class Summary:
 
         return {
             "ok": self.ok,
+            "server": self.server,
             "cron": {
                 "ticks": self.ticks,
                 "fires": self.tick_fires,
@@ -93,13 +103,16 @@ class Summary:
         j = self.to_json()
         c, t = j["cron"], j["tasks"]
         mark = "PASS" if self.ok else "FAIL"
+        n = int(self.server.get("partitions", 1))
+        parts = f", {n} partitions" if n > 1 else ""
         return [
             f"cron  demo.tick every second, 3 runners: {c['ticks']} ticks, {c['fires']} fires, "
             f"{c['duplicates']} fired twice, {c['missed']} missed",
             f"      fires per runner: {', '.join(f'{k}={v}' for k, v in sorted(c['runners_that_fired'].items()))}",
             f"      firing lateness: p50 {c['lateness']['p50_ms']} ms, p99 {c['lateness']['p99_ms']} ms, "
             f"max {c['lateness']['max_ms']} ms",
-            f"tasks {t['added']} delayed tasks, 2 consumers: {t['ran']} ran, {t['duplicates']} ran twice, "
+            f"tasks {t['added']} delayed tasks, 2 consumers{parts}: {t['ran']} ran, "
+            f"{t['duplicates']} ran twice, "
             f"{t['lost']} lost, {t['early']} early",
             f"      firing lateness: p50 {t['lateness']['p50_ms']} ms, p99 {t['lateness']['p99_ms']} ms, "
             f"max {t['lateness']['max_ms']} ms",
@@ -111,34 +124,63 @@ class Summary:
 
 def run(
     *,
+    settings: Settings | None = None,
     redis_url: str | None = None,
     seconds: float = 10.0,
     tasks: int = 300,
+    partitions: int = 1,
     say: Callable[[str], None] = print,
 ) -> Summary:
+    """The demo on an embedded server, or on ``settings`` (``redis_url``: a plain
+    URL, as settings with nothing else) in a fresh namespace deleted afterwards."""
+    from dataclasses import replace
+
+    from rsched import partitions as P
     from rsched import server as srv
+    from rsched.bench import child_env, delete_namespace, primaries
     from rsched.client import Rsched
     from rsched.config import Settings
-    from rsched.conn import connect
+    from rsched.conn import connect, is_cluster
     from rsched.tasks import make_spec
 
+    if settings is None and redis_url is not None:
+        settings = Settings(redis_url=redis_url)
     workdir = tempfile.mkdtemp(prefix="rsched-demo-")
     inst = None
+    rs = None
     procs: list[subprocess.Popen[bytes]] = []
+    namespace = f"demo-{random.randrange(16**6):06x}"
     try:
-        if redis_url is None:
+        if settings is None:
             inst = srv.prepare(os.path.join(workdir, "server"), port=0, daemon=True)
             srv.start_daemon(inst)
-            redis_url = inst.url
-            say(f"started {inst.flavour} {inst.version} at {redis_url} (data in {inst.dir})")
-        namespace = f"demo-{random.randrange(16**6):06x}"
-        rs = Rsched(connect(Settings(redis_url=redis_url, namespace=namespace)), namespace)
+            settings = Settings(redis_url=inst.url)
+            say(f"started {inst.flavour} {inst.version} at {inst.url} (data in {inst.dir})")
+        settings = replace(settings, namespace=namespace)
+        rs = Rsched(connect(settings), namespace, settings=settings)
+        cluster = is_cluster(rs.redis)
+        summary_server = {
+            "url": settings.safe_url,
+            "embedded": inst is not None,
+            "cluster": cluster,
+            "primaries": len(primaries(rs.redis)),
+            "namespace": namespace,
+            "partitions": 1,
+        }
+        if inst is None:
+            where = (
+                f"Redis Cluster ({summary_server['primaries']} primaries)" if cluster else "Redis"
+            )
+            say(f"using the {where} at {settings.safe_url}, namespace {namespace}")
+        # The partition count (a --partitions flag, else the config file's) is stored
+        # before the consumers start, so that everyone agrees and the waits below
+        # look at the right keys.
+        names = P.names(rs, "default", partitions if partitions > 1 else None)
+        summary_server["partitions"] = len(names)
         log = os.path.join(workdir, "tasks.log")
         open(log, "w").close()
         env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("RSCHED_")},
-            "RSCHED_REDIS_URL": redis_url,
-            "RSCHED_NAMESPACE": namespace,
+            **child_env(settings, namespace, workdir, embedded=inst is not None),
             "RSCHED_DEMO_LOG": log,
             "PYTHONUNBUFFERED": "1",
         }
@@ -148,11 +190,13 @@ def run(
                 subprocess.Popen(
                     [*RSCHED, "run", "cron", "demo.tick", "--schedule", "* * * * * *", "--", *job],
                     env=env,
+                    cwd=workdir,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
                 )
             )
+        parts = ["--partitions", str(len(names))] if len(names) > 1 else []
         for _ in range(2):
             procs.append(
                 subprocess.Popen(
@@ -160,24 +204,30 @@ def run(
                         *RSCHED,
                         "run",
                         "consumer",
+                        *parts,
                         "--call",
                         "demo.task=rsched.demo:record_task",
                         "--concurrency",
                         "4",
                     ],
                     env=env,
+                    cwd=workdir,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
                 )
             )
-        say("started 3 cron runners (demo.tick, every second) and 2 consumers")
+        spread = f" over {len(names)} partitions" if len(names) > 1 else ""
+        say(f"started 3 cron runners (demo.tick, every second) and 2 consumers{spread}")
+        queues = [rs.keys.queue(n) for n in names]
         _wait(
             lambda: (
                 rs.redis.zcount(rs.keys.cron("demo.tick").runners, "-inf", "+inf") >= 3
-                and rs.redis.zcount(rs.keys.queue("default").consumers, "-inf", "+inf") >= 2
+                # a consumer registers in every partition
+                and all(rs.redis.zcount(q.consumers, "-inf", "+inf") >= 2 for q in queues)
             ),
             30,
+            procs,
         )
         spread_ms = int(max(1.0, seconds - 3) * 1000)
         specs = [
@@ -193,11 +243,11 @@ def run(
         while time.monotonic() < deadline:
             time.sleep(0.2)
         _wait(
-            lambda: (
-                rs.redis.zcard(rs.keys.queue("default").sched) == 0
-                and rs.redis.zcard(rs.keys.queue("default").proc) == 0
+            lambda: all(
+                rs.redis.zcard(q.sched) == 0 and rs.redis.zcard(q.proc) == 0 for q in queues
             ),
             30,
+            procs,
         )
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -206,21 +256,33 @@ def run(
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
-        return _summarise(rs, log, tasks)
+        summary = _summarise(rs, log, tasks, names)
+        summary.server = summary_server
+        return summary
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
         if inst is not None:
             srv.stop(inst.dir)
+        elif rs is not None:
+            delete_namespace(rs, namespace)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _wait(cond: Callable[[], bool], timeout: float) -> None:
+def _wait(cond: Callable[[], bool], timeout: float, procs: list[Any]) -> None:
+    from rsched.errors import RschedError
+
     deadline = time.monotonic() + timeout
     while not cond():
+        exited = [p for p in procs if p.poll() is not None]
+        if exited:
+            raise RschedError(
+                f"demo: {len(exited)} of its rsched processes exited early "
+                f"(status {exited[0].returncode})"
+            )
         if time.monotonic() > deadline:
-            raise TimeoutError("the demo's processes did not get there in time")
+            raise RschedError("demo: its processes did not get there in time")
         time.sleep(0.05)
 
 
@@ -234,7 +296,7 @@ def _history(rs: Any, key: str) -> list[dict[str, Any]]:
     return out
 
 
-def _summarise(rs: Any, log: str, added: int) -> Summary:
+def _summarise(rs: Any, log: str, added: int, names: list[str]) -> Summary:
     s = Summary(tasks_added=added)
     fires = [
         r
@@ -257,7 +319,9 @@ def _summarise(rs: Any, log: str, added: int) -> Summary:
     s.tasks_ran = len(ran)
     s.tasks_duplicated = sum(1 for n in ran.values() if n > 1)
     s.tasks_lost = added - len(ran)
-    for r in _history(rs, rs.keys.queue("default").history):
+    # each record's times come from its partition's own server clock
+    records = [r for n in names for r in _history(rs, rs.keys.queue(n).history)]
+    for r in records:
         if r.get("result") == "ok" and r.get("started_ms") is not None:
             late = int(r["started_ms"]) - int(r["fire_ms"])
             if late < 0:
