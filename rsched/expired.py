@@ -52,9 +52,38 @@ keys, ``RSCHED_EXPIRE_AT`` (when it was due) and the value given to
 :func:`arm` on stdin. A Python callable gets a :class:`Firing`.
 
 Structure: one :class:`_Node` per primary holds a Pub/Sub subscription and a
-sweeper; a single Redis has one. Keyevent notifications are local to the node
-that expires the key, so on a cluster there must be one node per primary (see
-:class:`ExpiredRunner`).
+sweeper; a single Redis has one.
+
+**Redis Cluster.** A script may only touch keys of one slot, and the claim
+touches the user's trigger key (any name, any slot) with the armed set, values
+and claim keys: on a cluster those live in the trigger key's slot, one set per
+slot in use (``{ns}:x:{TAG}:armed``, TAG a short string hashing to that slot;
+see :class:`~rsched.keys.ExpiredKeys`). Keyevent messages are published only by
+the node that expires the key, so the runner subscribes on every primary and
+claims each event on the node it came from (a slot that moved meanwhile is
+followed: MOVED/ASK). It asks for the list of primaries (``CLUSTER SLOTS``)
+every 5 s and soon after any connection error: a promoted replica gets a
+subscription and a sweeper (and its ``notify-keyspace-events`` is checked, or
+set with ``--set-notify``), a node that is no longer a primary has its threads
+stopped, and armed sets of slots that moved go to their new node's sweeper.
+
+The sweep cannot look at all 16384 slots every few seconds. Each node's
+sweeper knows the armed sets of its slots from ``SCAN MATCH {ns}:x:{*}:armed
+TYPE zset`` on that node (never KEYS; 1,000 keys a call) when it
+(re)subscribes and every 60 s, and from the slot of every event it sees; it
+forgets a set it finds empty. It looks at a known set when the set's next
+entry is due (+ grace), and otherwise every max(5 s, 1 s per known set of the
+node), at most 60 s apart, all due sets in one pipelined round trip. An idle
+runner costs each primary about 0.2 commands/s with nothing armed (PING; plus
+``CLUSTER SLOTS`` every 5 s on one node) and about one a second with armed
+sets (measured: 0.8-1.0/s with ~20 sets per node). The trade-off: everything
+is looked at at once after a (re)subscription, which is what follows a lost
+event; but a key that Redis is late to expire (its event not yet published)
+in a slot the sweeper does not know yet, or whose set's next entry was later,
+is caught by its event when Redis gets to it, by the next SCAN (<= 60 s) or
+the set's recheck (<= 60 s), not within the grace. A node's SCAN walks its
+whole keyspace once a minute (1,000 keys a call: a node with 1M keys costs
+~17 SCAN calls/s).
 """
 
 from __future__ import annotations
@@ -76,7 +105,7 @@ import redis
 
 from rsched import systemd
 from rsched.errors import BadInput, ConfigError, RedisUnavailable
-from rsched.keys import ExpiredKeys
+from rsched.keys import ExpiredKeys, key_slot
 from rsched.proc import Child, child_env, split_command
 from rsched.scripts import Scripts, map_error
 from rsched.timeutil import iso
@@ -100,6 +129,21 @@ HEALTH_INTERVAL_S = 5.0
 RECONNECT_MAX_S = 5.0
 #: Events read and claimed in one pipelined batch at most.
 CLAIM_BATCH = 256
+#: Cluster: how often the list of primaries is refreshed (and at once after a
+#: connection error, at most every TOPOLOGY_MIN_GAP_S).
+TOPOLOGY_INTERVAL_S = 5.0
+TOPOLOGY_MIN_GAP_S = 0.5
+#: Cluster: how often each node is scanned (SCAN MATCH ... TYPE zset) for the
+#: armed sets of its slots, besides after every (re)subscription.
+DISCOVER_INTERVAL_S = 60.0
+DISCOVER_SCAN_COUNT = 1_000
+#: Cluster: a known armed set whose next entry is not due is looked at again
+#: every max(5 s, 1 s per known set of the node), at most this far apart
+#: (so the rechecks of a node cost about one command per second at most,
+#: until it holds more than 60 sets).
+SLOT_RECHECK_MAX_S = 60.0
+#: Cluster: armed sets swept in one pipelined round trip at most.
+SWEEP_PIPELINE = 256
 
 NOTIFY_FIX = "CONFIG SET notify-keyspace-events Ex"
 
@@ -109,6 +153,20 @@ _TRANSIENT = (
     redis.TimeoutError,
     redis.exceptions.ReadOnlyError,
     redis.exceptions.BusyLoadingError,
+    # a cluster while a failover is in progress
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+)
+#: The key's slot is served by another node (MOVED) or moving there (ASK).
+_REDIRECT = redis.exceptions.AskError
+#: Connection options of a cluster client's node that belong to the cluster client.
+_CLUSTER_ONLY_KWARGS = (
+    "redis_connect_func",
+    "oss_cluster_maint_notifications_handler",
+    "maint_notifications_config",
+    "himport_registry",
+    "retry",
 )
 
 
@@ -276,6 +334,12 @@ def _check_key(key: str | bytes, field: str = "key") -> bytes:
 # --------------------------------------------------------------------------- library
 
 
+def _keys_for(rs: Rsched, raw: bytes) -> ExpiredKeys:
+    from rsched.conn import is_cluster
+
+    return ExpiredKeys.for_key(rs.namespace, raw, is_cluster(rs.redis))
+
+
 def arm(rs: Rsched, key: str | bytes, ttl_ms: int | str, value: str | bytes = "1") -> int:
     """Set trigger ``key`` to ``value`` with a TTL *and* record it for the backup
     sweep, in one Lua call (the entry's time is the key's own expiry). Returns
@@ -284,11 +348,12 @@ def arm(rs: Rsched, key: str | bytes, ttl_ms: int | str, value: str | bytes = "1
     >>> arm(rs, "order:timeout:1001", 30 * 60_000, value='{"order": 1001}')
 
     Arming a key again replaces its expiry. ``value`` reaches the handler on
-    stdin. Cancel with :func:`disarm`, not ``DEL``.
+    stdin. Cancel with :func:`disarm`, not ``DEL``. On Redis Cluster the sweep
+    entry goes to the armed set of the key's own slot (on the key's node).
     """
     raw = _check_key(key)
     ttl = _ttl_ms(ttl_ms)
-    ek = ExpiredKeys.for_namespace(rs.namespace)
+    ek = _keys_for(rs, raw)
     out = rs.scripts("expired-arm-3", [raw, ek.armed, ek.values], [ttl, value])  # type: ignore[list-item]
     return int(out[0])
 
@@ -296,7 +361,7 @@ def arm(rs: Rsched, key: str | bytes, ttl_ms: int | str, value: str | bytes = "1
 def disarm(rs: Rsched, key: str | bytes) -> bool:
     """Cancel a trigger: delete the key and its sweep entry together. True when it was armed."""
     raw = _check_key(key)
-    ek = ExpiredKeys.for_namespace(rs.namespace)
+    ek = _keys_for(rs, raw)
     out = rs.scripts("expired-disarm-3", [raw, ek.armed, ek.values], [])  # type: ignore[list-item]
     return bool(int(out[1]))
 
@@ -342,17 +407,29 @@ class _Node:
 
     A single Redis has one. ``cmd`` runs the claim scripts; it must be the node
     that holds the trigger keys (keyevent messages are published by the node
-    that expires the key, and only there)."""
+    that expires the key, and only there). On a cluster the runner adds one for
+    each new primary and retires (``halt``) the ones that are no longer primaries.
+    """
 
     name: str
     kwargs: dict[str, Any]  # connection kwargs (decode_responses off: key names are bytes)
     connection_class: Any
+    late: bool = False  # added after start (a promoted replica): check its notify config
     cmd: redis.Redis = field(init=False)
     scripts: Scripts = field(init=False)
     kick: threading.Event = field(default_factory=threading.Event)
+    #: set when the runner stops or the node is no longer a primary: its threads end
+    halt: threading.Event = field(default_factory=threading.Event)
     subscribed: bool = False
     ever_subscribed: bool = False
-    sweep_next_ms: int = -1
+    #: slot ranges it serves (cluster; from CLUSTER SLOTS)
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    #: known armed sets: slot (-1: the single-Redis set) -> when to look at it next (monotonic)
+    sets: dict[int, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    rediscover: bool = True  # cluster: SCAN for armed sets before the next sweep
+    next_discover: float = 0.0
+    threads: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.cmd = self.client()
@@ -364,6 +441,17 @@ class _Node:
             connection_pool=redis.ConnectionPool(connection_class=self.connection_class, **kw)
         )
 
+    def owns(self, slot: int) -> bool:
+        return any(lo <= slot <= hi for lo, hi in self.ranges)
+
+    def learn(self, slot: int, at: float) -> bool:
+        """Know armed set ``slot`` (look at it by ``at``). True if it was new."""
+        with self.lock:
+            old = self.sets.get(slot)
+            if old is None or old > at:
+                self.sets[slot] = at
+            return old is None
+
 
 def _node_from(client: redis.Redis, db: int | None, name: str) -> _Node:
     pool = client.connection_pool
@@ -373,6 +461,43 @@ def _node_from(client: redis.Redis, db: int | None, name: str) -> _Node:
         kwargs["db"] = db
     kwargs.pop("client_name", None)
     return _Node(name, kwargs, pool.connection_class)
+
+
+def _cluster_template(cluster: Any) -> tuple[dict[str, Any], Any]:
+    """Plain-client connection options (and class: TLS or not) for the nodes of
+    redis-py cluster client ``cluster``, without its cluster hooks and retries."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    primaries = cluster.get_primaries()
+    if not primaries:
+        raise RedisUnavailable("the cluster client knows no primary node")
+    pool = primaries[0].redis_connection.connection_pool
+    kw = {
+        k: v
+        for k, v in pool.connection_kwargs.items()
+        if k not in _CLUSTER_ONLY_KWARGS and not k.startswith(("orig_", "_"))
+    }
+    kw.pop("client_name", None)
+    kw.pop("host", None)
+    kw.pop("port", None)
+    kw.update(decode_responses=False, db=0, retry=Retry(NoBackoff(), 0))
+    return kw, pool.connection_class
+
+
+def _parse_cluster_slots(
+    reply: Any, asked_host: str
+) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """``CLUSTER SLOTS`` -> {(host, port) of each primary: its slot ranges}."""
+    out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for entry in reply or []:
+        lo, hi, primary = int(entry[0]), int(entry[1]), entry[2]
+        host = _s(primary[0] or b"")
+        if host == "?":  # an endpoint the node does not know
+            continue
+        addr = (host or asked_host, int(primary[1]))
+        out.setdefault(addr, []).append((lo, hi))
+    return out
 
 
 # --------------------------------------------------------------------------- runner
@@ -389,8 +514,11 @@ class ExpiredRunner:
     run by one) or a Python callable ``fn(firing)``. ``run()`` blocks until
     SIGTERM/SIGINT or :meth:`stop`; running handlers then get ``grace_ms``.
 
-    Cluster: pass ``nodes`` (one client per primary) to subscribe on each; the
-    key layout of :class:`~rsched.keys.ExpiredKeys` is single-Redis for now.
+    Redis Cluster (``rs.redis`` a cluster client): the runner subscribes on every
+    primary, follows the list of primaries as it changes (failover, nodes added
+    or removed) and sweeps each node's per-slot armed sets; ``db`` must be 0.
+    ``nodes`` (single Redis only) subscribes through these clients instead of
+    ``rs.redis``, one subscription each.
     """
 
     def __init__(
@@ -443,17 +571,31 @@ class ExpiredRunner:
             raise BadInput("--db", f"{db!r} is not a database number (0 or more)")
         from rsched.conn import is_cluster
 
-        if is_cluster(rs.redis):
-            raise ConfigError(
-                "run expired does not work on Redis Cluster yet: its claim and sweep keys "
-                "would have to share each trigger key's slot; use the task queue "
-                "(rsched add --in / run consumer), which does"
-            )
-        base_db = int(rs.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
-        self.db = base_db if db is None else db
-        clients = list(nodes) if nodes else [rs.redis]
-        self.nodes = [_node_from(c, self.db, f"node{i}") for i, c in enumerate(clients)]
+        self.cluster = is_cluster(rs.redis)
+        self._nodes_lock = threading.Lock()
+        self._seeds: list[tuple[str, int]] = []
+        if self.cluster:
+            if db:
+                raise BadInput("--db", f"{db!r}: Redis Cluster has database 0 only")
+            if nodes:
+                raise BadInput("nodes", "on Redis Cluster the runner finds the primaries itself")
+            self.db = 0
+            self._template, self._conn_class = _cluster_template(rs.redis)
+            self.nodes = [self._new_node(p.host, int(p.port)) for p in rs.redis.get_primaries()]
+            self._seeds = [
+                (n.host, int(n.port)) for n in rs.redis.nodes_manager.startup_nodes.values()
+            ]
+        else:
+            base_db = int(rs.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
+            self.db = base_db if db is None else db
+            clients = list(nodes) if nodes else [rs.redis]
+            self.nodes = [_node_from(c, self.db, f"node{i}") for i, c in enumerate(clients)]
+            for n in self.nodes:
+                n.sets[-1] = 0.0  # the one armed set, looked at after the first subscription
         self.keys = ExpiredKeys.for_namespace(rs.namespace)
+        self._slot_keys: dict[int, ExpiredKeys] = {}
+        self._topo_kick = threading.Event()
+        self._redirect_nodes: dict[tuple[str, int], _Node] = {}
         self.channel = f"__keyevent@{self.db}__:expired"
         self.verbose = verbose
         self.quiet = quiet
@@ -475,6 +617,7 @@ class ExpiredRunner:
         self._workers: list[threading.Thread] = []
         self._fatal: BaseException | None = None
         self._foreign_warned = False
+        self._retired: list[_Node] = []
 
     # ------------------------------------------------------------------ public
 
@@ -487,16 +630,27 @@ class ExpiredRunner:
             self._grace_deadline = time.monotonic() + self.grace_ms / 1000.0
             self._stop.set()
         self._wake.set()
-        for n in self.nodes:
+        self._topo_kick.set()
+        for n in list(self.nodes):
+            n.halt.set()
             n.kick.set()
 
     def run(self) -> Stats:
         """Check the server's notify config, subscribe, fire until stopped."""
-        for n in self.nodes:
+        if self.cluster:
             try:
-                check_notify(n.cmd, self.set_notify, self._log)
+                self._refresh_topology(start_threads=False)
             except redis.RedisError as exc:
                 raise map_error(exc) from exc
+        for n in self.nodes:
+            try:
+                check_notify(n.cmd, self.set_notify, self._node_log(n))
+            except redis.RedisError as exc:
+                raise map_error(exc) from exc
+            except ConfigError as exc:
+                if not self.cluster:
+                    raise
+                raise ConfigError(f"Redis Cluster primary {n.name}: {exc}") from None
         old = self._signals_on()
         try:
             self._start()
@@ -535,6 +689,12 @@ class ExpiredRunner:
         except (OSError, ValueError, RuntimeError):
             pass
 
+    def _node_log(self, node: _Node) -> Callable[[str, str], None]:
+        """Log lines about one node: named on a cluster."""
+        if not self.cluster:
+            return self._log
+        return lambda level, message: self._log(level, f"{node.name}: {message}")
+
     # ------------------------------------------------------------------ signals & threads
 
     def _signals_on(self) -> dict[int, Any]:
@@ -568,20 +728,29 @@ class ExpiredRunner:
             t.start()
             self._workers.append(t)
         for n in self.nodes:
+            self._start_node(n)
+        if self.cluster:
             t = threading.Thread(
-                target=self._guard, args=(self._listen, n), name=f"rsched-sub-{n.name}", daemon=True
+                target=self._guard_topology, name="rsched-expired-topology", daemon=True
             )
             t.start()
             self._threads.append(t)
-            if self.backup_sweep:
-                t = threading.Thread(
-                    target=self._guard,
-                    args=(self._sweep_loop, n),
-                    name=f"rsched-sweep-{n.name}",
-                    daemon=True,
-                )
-                t.start()
-                self._threads.append(t)
+
+    def _start_node(self, n: _Node) -> None:
+        t = threading.Thread(
+            target=self._guard, args=(self._listen, n), name=f"rsched-sub-{n.name}", daemon=True
+        )
+        t.start()
+        n.threads.append(t)
+        if self.backup_sweep:
+            t = threading.Thread(
+                target=self._guard,
+                args=(self._sweep_loop, n),
+                name=f"rsched-sweep-{n.name}",
+                daemon=True,
+            )
+            t.start()
+            n.threads.append(t)
 
     def _describe_handler(self) -> str:
         if self._argv is not None:
@@ -602,13 +771,17 @@ class ExpiredRunner:
 
     def _close(self) -> None:
         self._stop.set()
-        for n in self.nodes:
+        self._topo_kick.set()
+        with self._nodes_lock:
+            nodes = list(self.nodes) + list(self._retired) + list(self._redirect_nodes.values())
+        for n in nodes:
+            n.halt.set()
             n.kick.set()
         for _ in self._workers:
             self._work.put(None)
-        for t in self._threads:
+        for t in self._threads + [t for n in nodes for t in n.threads]:
             t.join(timeout=2.0)
-        for n in self.nodes:
+        for n in nodes:
             try:
                 n.cmd.connection_pool.disconnect()
             except Exception:  # noqa: BLE001
@@ -678,7 +851,7 @@ class ExpiredRunner:
     def _listen(self, node: _Node) -> None:
         delay = 0.1
         pattern = _b(self.channel)
-        while not self._stop.is_set():
+        while not node.halt.is_set():
             # socket_timeout: never block a read for long (a frozen server is caught by PING)
             client = node.client(socket_timeout=HEALTH_INTERVAL_S * 2)
             ps = client.pubsub()
@@ -691,14 +864,18 @@ class ExpiredRunner:
                         break
                     if time.monotonic() > deadline:
                         raise redis.TimeoutError("no reply to PSUBSCRIBE")
-                    if self._stop.is_set():
+                    if node.halt.is_set():
                         return
-                if node.ever_subscribed:
-                    # The server may have restarted without our notify setting.
+                if node.ever_subscribed or node.late:
+                    # The server may have restarted without our notify setting; a
+                    # promoted replica may never have had it.
                     try:
-                        check_notify(node.cmd, self.set_notify, self._log)
+                        check_notify(node.cmd, self.set_notify, self._node_log(node))
                     except ConfigError as exc:
-                        self._log("error", f"{exc} (still subscribed; the sweep still runs)")
+                        self._log(
+                            "error", f"{node.name}: {exc} (still subscribed; the sweep still runs)"
+                        )
+                if node.ever_subscribed:
                     self._log(
                         "info",
                         f"{node.name}: subscribed again to {self.channel}"
@@ -710,22 +887,30 @@ class ExpiredRunner:
                         ),
                     )
                 else:
-                    self._log("debug", f"{node.name}: subscribed to {self.channel}")
+                    self._log(
+                        "info" if node.late else "debug",
+                        f"{node.name}: subscribed to {self.channel}",
+                    )
                 node.subscribed = node.ever_subscribed = True
+                node.rediscover = True  # look for armed sets again (cluster)
+                with node.lock:  # and sweep every known one now
+                    for slot in node.sets:
+                        node.sets[slot] = 0.0
                 node.kick.set()  # sweep now: anything that expired before we listened
                 self._wake.set()
                 delay = 0.1
                 self._pump(node, ps)
             except _TRANSIENT as exc:
                 node.subscribed = False
-                if self._stop.is_set():
+                if node.halt.is_set():
                     return
+                self._topo_kick.set()
                 wait_s = self._rnd.uniform(delay / 2, delay)
                 self._log(
                     "error", f"{node.name}: {_one_line(map_error(exc))}; retrying in {wait_s:.1f}s"
                 )
                 delay = min(RECONNECT_MAX_S, delay * 2)
-                self._stop.wait(wait_s)
+                node.halt.wait(wait_s)
             finally:
                 node.subscribed = False
                 try:
@@ -738,7 +923,7 @@ class ExpiredRunner:
         """Read events until stopped; claim matching keys in pipelined batches."""
         last_pong = time.monotonic()
         next_ping = last_pong + HEALTH_INTERVAL_S
-        while not self._stop.is_set():
+        while not node.halt.is_set():
             msg = ps.get_message(timeout=0.2)
             batch: list[bytes] = []
             while msg is not None:
@@ -768,8 +953,19 @@ class ExpiredRunner:
     def _fire_args(self, mode: str) -> list[Any]:
         return [mode, self.claim_window_ms, self.sweep_grace_ms, self.id]
 
+    def _keys(self, raw: bytes) -> ExpiredKeys:
+        """The armed set, values and claim keys of trigger key ``raw`` (its slot's, on a cluster)."""
+        if not self.cluster:
+            return self.keys
+        slot = key_slot(raw)
+        ek = self._slot_keys.get(slot)
+        if ek is None:
+            ek = self._slot_keys[slot] = ExpiredKeys.for_slot(self.rs.namespace, slot)
+        return ek
+
     def _fire_keys(self, raw: bytes) -> list[Any]:
-        return [raw, self.keys.armed, self.keys.values, _b(self.keys.claim(_s(raw)))]
+        ek = self._keys(raw)
+        return [raw, ek.armed, ek.values, _b(ek.claim(_s(raw)))]
 
     def _claim_events(self, node: _Node, batch: list[bytes]) -> None:
         """Claim a batch of expired keys. A claim that cannot reach Redis is retried
@@ -781,7 +977,7 @@ class ExpiredRunner:
                 outs = self._run_fire(node, [(raw, "event") for raw in batch])
                 break
             except _TRANSIENT as exc:
-                if self._stop.is_set() or time.monotonic() - t0 > self.claim_window_ms / 2000.0:
+                if node.halt.is_set() or time.monotonic() - t0 > self.claim_window_ms / 2000.0:
                     self._log(
                         "error",
                         f"could not claim {len(batch)} expired key(s) ({_one_line(map_error(exc))}); "
@@ -789,28 +985,70 @@ class ExpiredRunner:
                         + ("; the sweep fires armed ones" if self.backup_sweep else ""),
                     )
                     raise
+                self._topo_kick.set()
                 time.sleep(self._rnd.uniform(delay / 2, delay))
                 delay = min(1.0, delay * 2)
         for raw, out in zip(batch, outs, strict=True):
             self._after_fire(raw, out, "event")
+        if self.cluster and self.backup_sweep:
+            # Learn the slots in use from the events (a slot new to us is looked at
+            # by the next sweep; its entries may be armed later than this one).
+            now = time.monotonic() + SWEEP_MAX_INTERVAL_S
+            for raw in batch:
+                node.learn(key_slot(raw), now)
 
     def _run_fire(self, node: _Node, items: list[tuple[bytes, str]]) -> list[Any]:
         if len(items) == 1:
             raw, mode = items[0]
-            return [node.scripts("expired-fire-4", self._fire_keys(raw), self._fire_args(mode))]
+            try:
+                return [node.scripts("expired-fire-4", self._fire_keys(raw), self._fire_args(mode))]
+            except _REDIRECT as exc:
+                return [self._fire_redirected(exc, raw, mode)]
         pipe = node.cmd.pipeline(transaction=False)
         for raw, mode in items:
             node.scripts("expired-fire-4", self._fire_keys(raw), self._fire_args(mode), client=pipe)
         try:
-            outs = pipe.execute(raise_on_error=False)
+            outs = list(pipe.execute(raise_on_error=False))
         except redis.RedisError as exc:
             raise map_error(exc) from exc
-        for o in outs:
-            if isinstance(o, Exception):
+        for i, o in enumerate(outs):
+            if isinstance(o, _REDIRECT):
+                # The slot moved since the event (or the sweep's look): claim it there.
+                outs[i] = self._fire_redirected(o, *items[i])
+            elif isinstance(o, Exception):
                 raise map_error(o)
-        return list(outs)
+        return outs
 
-    def _after_fire(self, raw: bytes, out: list[Any], mode: str) -> None:
+    def _fire_redirected(self, exc: redis.exceptions.AskError, raw: bytes, mode: str) -> Any:
+        self._topo_kick.set()
+        target = self._redirect_node(exc.host, int(exc.port))
+        pipe = target.cmd.pipeline(transaction=False)
+        if not isinstance(exc, redis.exceptions.MovedError):
+            pipe.execute_command("ASKING")
+        target.scripts("expired-fire-4", self._fire_keys(raw), self._fire_args(mode), client=pipe)
+        try:
+            out = pipe.execute(raise_on_error=False)[-1]
+        except redis.RedisError as e:
+            raise map_error(e) from e
+        if isinstance(out, _REDIRECT):  # moved again: the next look (event or sweep) retries
+            raise redis.exceptions.TryAgainError(f"{raw!r}: slot {exc.slot_id} is moving")
+        if isinstance(out, Exception):
+            raise map_error(out)
+        return out
+
+    def _redirect_node(self, host: str, port: int) -> _Node:
+        """A client of the node at host:port (one of ours, or one made for redirections)."""
+        name = f"{host}:{port}"
+        with self._nodes_lock:
+            for n in self.nodes:
+                if n.name == name:
+                    return n
+            made = self._redirect_nodes.get((host, port))
+            if made is None:
+                made = self._redirect_nodes[(host, port)] = self._new_node(host, port)
+            return made
+
+    def _after_fire(self, raw: bytes, out: list[Any], mode: str) -> str:
         status = _s(out[0])
         key = _s(raw)
         if status == "fire":
@@ -841,6 +1079,115 @@ class ExpiredRunner:
                 f"sweep: {key!r} was armed but now exists without a TTL (overwritten without PX?); "
                 "it will never expire: dropped from the sweep",
             )
+        return status
+
+    # ------------------------------------------------------------------ cluster topology
+
+    def _new_node(self, host: str, port: int, late: bool = False) -> _Node:
+        return _Node(
+            f"{host}:{port}", {**self._template, "host": host, "port": port}, self._conn_class, late
+        )
+
+    def _guard_topology(self) -> None:
+        """Refresh the list of primaries every TOPOLOGY_INTERVAL_S, and soon after
+        a connection error (a failover in progress); never stops the runner."""
+        failing_since: float | None = None
+        while not self._stop.is_set():
+            self._topo_kick.wait(TOPOLOGY_INTERVAL_S)
+            self._topo_kick.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._refresh_topology()
+                failing_since = None
+            except Exception as exc:  # noqa: BLE001 - logged; tried again
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    self._log(
+                        "warning",
+                        f"could not refresh the cluster's primaries ({_one_line(map_error(exc))}); "
+                        "retrying",
+                    )
+            self._stop.wait(TOPOLOGY_MIN_GAP_S)
+
+    def _cluster_slots(self) -> dict[tuple[str, int], list[tuple[int, int]]]:
+        """Ask the nodes we subscribed to first, then the others, then the seeds."""
+        with self._nodes_lock:
+            nodes = sorted(self.nodes, key=lambda n: not n.subscribed)
+        last: Exception | None = None
+        tried: set[str] = set()
+        for n in nodes:
+            tried.add(n.name)
+            try:
+                return _parse_cluster_slots(
+                    n.cmd.execute_command("CLUSTER SLOTS"), str(n.kwargs["host"])
+                )
+            except redis.RedisError as exc:
+                last = exc
+        for host, port in self._seeds:
+            if f"{host}:{port}" in tried:
+                continue
+            c = redis.Redis(
+                connection_pool=redis.ConnectionPool(
+                    connection_class=self._conn_class,
+                    **{**self._template, "host": host, "port": port},
+                )
+            )
+            try:
+                return _parse_cluster_slots(c.execute_command("CLUSTER SLOTS"), host)
+            except redis.RedisError as exc:
+                last = exc
+            finally:
+                c.connection_pool.disconnect()
+        raise last or RedisUnavailable("no cluster node to ask for its primaries")
+
+    def _refresh_topology(self, start_threads: bool = True) -> None:
+        """Follow the cluster's primaries: a new one (a promoted replica, an added
+        node) gets a subscription and a sweeper; one that is no longer a primary
+        (dead, demoted, removed) has its threads stopped; armed sets of slots that
+        moved are handed to their new node's sweeper."""
+        owners = self._cluster_slots()
+        if not owners:
+            raise redis.exceptions.ClusterDownError("CLUSTER SLOTS lists no primary")
+        added: list[_Node] = []
+        with self._nodes_lock:
+            if self._stop.is_set():
+                return
+            current = {n.name: n for n in self.nodes}
+            fresh: list[_Node] = []
+            for (host, port), ranges in sorted(owners.items()):
+                n = current.pop(f"{host}:{port}", None)
+                if n is None:
+                    n = self._new_node(host, port, late=start_threads)
+                    added.append(n)
+                n.ranges = sorted(ranges)
+                fresh.append(n)
+            gone = list(current.values())
+            self.nodes = fresh
+            self._retired.extend(gone)
+        for n in gone:
+            n.halt.set()
+            n.kick.set()
+            self._log(
+                "info", f"{n.name} is no longer a primary: its subscription and sweep stopped"
+            )
+        if start_threads:
+            for n in added:
+                self._log("info", f"{n.name} is a primary now: subscribing to its expiry events")
+                self._start_node(n)
+        moved: list[int] = []
+        for n in fresh + gone:
+            with n.lock:
+                for slot in [s for s in n.sets if n.halt.is_set() or not n.owns(s)]:
+                    del n.sets[slot]
+                    moved.append(slot)
+        for slot in moved:
+            for n in fresh:
+                if n.owns(slot):
+                    n.learn(slot, 0.0)
+                    n.kick.set()
+        self._wake.set()
 
     # ------------------------------------------------------------------ the backup sweep
 
@@ -848,62 +1195,154 @@ class ExpiredRunner:
         delay = 0.1
         timeout: float | None = None  # the first sweep waits for the first subscription
         last = -1e18
-        while not self._stop.is_set():
+        while not node.halt.is_set():
             node.kick.wait(timeout)
             node.kick.clear()
-            if self._stop.is_set():
+            if node.halt.is_set():
                 return
             if not node.subscribed:
                 timeout = None if not node.ever_subscribed else SWEEP_MAX_INTERVAL_S
                 continue
             gap = last + SWEEP_MIN_INTERVAL_S - time.monotonic()
             if gap > 0:
-                self._stop.wait(gap)
+                node.halt.wait(gap)
             try:
-                next_ms, now_ms = self._sweep(node)
+                if self.cluster and (node.rediscover or time.monotonic() >= node.next_discover):
+                    self._discover(node)
+                wait_s = self._sweep(node)
                 delay = 0.1
             except _TRANSIENT as exc:
+                if node.halt.is_set():
+                    return
+                self._topo_kick.set()
                 wait_s = self._rnd.uniform(delay / 2, delay)
-                self._log("error", f"sweep: {_one_line(map_error(exc))}; retrying in {wait_s:.1f}s")
+                self._log(
+                    "error",
+                    f"{node.name}: sweep: {_one_line(map_error(exc))}; retrying in {wait_s:.1f}s",
+                )
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 timeout = wait_s
                 continue
             last = time.monotonic()
-            timeout = SWEEP_MAX_INTERVAL_S
-            if next_ms != -1:
-                timeout = min(timeout, (next_ms + self.sweep_grace_ms - now_ms + 1) / 1000.0)
-            timeout = max(timeout, SWEEP_MIN_INTERVAL_S)
+            if self.cluster:
+                wait_s = min(wait_s, max(0.0, node.next_discover - last))
+            timeout = max(min(wait_s, SWEEP_MAX_INTERVAL_S), SWEEP_MIN_INTERVAL_S)
 
-    def _sweep(self, node: _Node) -> tuple[int, int]:
-        """Fire the overdue entries of our pattern. Returns (next expiry or -1, server now)."""
-        offset = 0
-        scanned = 0
-        foreign_oldest: int | None = None
-        now_ms = next_ms = -1
-        while scanned < SWEEP_SCAN_BUDGET and not self._stop.is_set():
-            try:
-                out = node.scripts(
-                    "expired-due-1",
-                    [self.keys.armed],
-                    [self.sweep_grace_ms, offset, SWEEP_PAGE],
+    def _discover(self, node: _Node) -> None:
+        """Cluster: find the node's armed sets (SCAN MATCH ... TYPE zset: the node's
+        keyspace, ``DISCOVER_SCAN_COUNT`` keys a call, never KEYS)."""
+        node.rediscover = False
+        pattern = ExpiredKeys.scan_pattern(self.rs.namespace)
+        found: set[int] = set()
+        cursor: Any = 0
+        try:
+            while True:
+                cursor, keys = node.cmd.scan(
+                    cursor, match=pattern, count=DISCOVER_SCAN_COUNT, _type="zset"
                 )
+                for k in keys:
+                    slot = ExpiredKeys.slot_of_armed(self.rs.namespace, k)
+                    if slot is not None:
+                        found.add(slot)
+                if int(cursor) == 0 or node.halt.is_set():
+                    break
+        except redis.RedisError as exc:
+            node.rediscover = True
+            raise map_error(exc) from exc
+        node.next_discover = time.monotonic() + DISCOVER_INTERVAL_S
+        new = [slot for slot in found if node.learn(slot, 0.0)]
+        if new:
+            self._log("debug", f"{node.name}: found {len(new)} more armed set(s) to sweep")
+
+    def _sweep(self, node: _Node) -> float:
+        """Sweep the node's armed sets that are due for a look (pipelined). Returns
+        the seconds until the next one is."""
+        now = time.monotonic()
+        with node.lock:
+            due = sorted((at, slot) for slot, at in node.sets.items() if at <= now)
+        slots = [slot for _, slot in due]
+        for i in range(0, len(slots), SWEEP_PIPELINE):
+            if node.halt.is_set():
+                break
+            chunk = slots[i : i + SWEEP_PIPELINE]
+            keys = [self.keys if slot < 0 else self._slot_set(slot) for slot in chunk]
+            args = [self.sweep_grace_ms, 0, SWEEP_PAGE]
+            outs: list[Any]
+            try:
+                if len(keys) == 1:
+                    try:
+                        outs = [node.scripts("expired-due-1", [keys[0].armed], args)]
+                    except _REDIRECT as exc:
+                        outs = [exc]
+                else:
+                    pipe = node.cmd.pipeline(transaction=False)
+                    for ek in keys:
+                        node.scripts("expired-due-1", [ek.armed], args, client=pipe)
+                    outs = pipe.execute(raise_on_error=False)
             except redis.RedisError as exc:
                 raise map_error(exc) from exc
+            for slot, ek, out in zip(chunk, keys, outs, strict=True):
+                if isinstance(out, _REDIRECT):
+                    self._slot_moved(node, slot, out)
+                    continue
+                if isinstance(out, Exception):
+                    raise map_error(out)
+                self._sweep_set(node, slot, ek, out)
+        with node.lock:
+            nxt = min(node.sets.values(), default=None)
+        return SWEEP_MAX_INTERVAL_S if nxt is None else max(0.0, nxt - time.monotonic())
+
+    def _slot_set(self, slot: int) -> ExpiredKeys:
+        ek = self._slot_keys.get(slot)
+        if ek is None:
+            ek = self._slot_keys[slot] = ExpiredKeys.for_slot(self.rs.namespace, slot)
+        return ek
+
+    def _slot_moved(self, node: _Node, slot: int, exc: redis.exceptions.AskError) -> None:
+        """A set's slot is served elsewhere now: hand it to that node's sweeper."""
+        self._topo_kick.set()
+        if isinstance(exc, redis.exceptions.MovedError):
+            with node.lock:
+                node.sets.pop(slot, None)
+        else:  # ASK: moving; both nodes hold some of its keys for now
+            node.learn(slot, time.monotonic() + SWEEP_MAX_INTERVAL_S)
+        with self._nodes_lock:
+            target = next((n for n in self.nodes if n.name == f"{exc.host}:{exc.port}"), None)
+        if target is not None:
+            target.learn(slot, 0.0)
+            target.kick.set()
+
+    def _sweep_set(self, node: _Node, slot: int, ek: ExpiredKeys, out: Any) -> None:
+        """Fire the overdue entries of our pattern in one armed set (``out``: the
+        first page of expired-due-1) and schedule the set's next look."""
+        offset = 0
+        scanned = 0
+        foreign = 0
+        foreign_oldest: int | None = None
+        kept = False  # an entry was re-armed under the sweep ("extended"): the set lives on
+        while True:
             now_ms, next_ms = int(out[0]), int(out[1])
             entries = [(bytes(out[i]), int(out[i + 1])) for i in range(2, len(out), 2)]
             scanned += len(entries)
             mine = [raw for raw, _ in entries if self._match(_s(raw))]
             for raw, score in entries:
                 if not self._match(_s(raw)):
+                    foreign += 1
                     foreign_oldest = score if foreign_oldest is None else min(foreign_oldest, score)
             offset += len(entries) - len(mine)
             for i in range(0, len(mine), CLAIM_BATCH):
                 chunk = mine[i : i + CLAIM_BATCH]
                 outs = self._run_fire(node, [(raw, "sweep") for raw in chunk])
                 for raw, o in zip(chunk, outs, strict=True):
-                    self._after_fire(raw, o, "sweep")
-            if len(entries) < SWEEP_PAGE:
+                    kept = self._after_fire(raw, o, "sweep") == "extended" or kept
+            if len(entries) < SWEEP_PAGE or scanned >= SWEEP_SCAN_BUDGET or node.halt.is_set():
                 break
+            try:
+                out = node.scripts(
+                    "expired-due-1", [ek.armed], [self.sweep_grace_ms, offset, SWEEP_PAGE]
+                )
+            except redis.RedisError as exc:
+                raise map_error(exc) from exc
         if (
             foreign_oldest is not None
             and not self._foreign_warned
@@ -916,7 +1355,21 @@ class ExpiredRunner:
                 f"{self.pattern!r} and have been overdue for over a minute: is a "
                 "`run expired --backup-sweep` running for their pattern?",
             )
-        return next_ms, now_ms
+        now = time.monotonic()
+        with node.lock:
+            if slot < 0:
+                recheck = SWEEP_MAX_INTERVAL_S
+            else:
+                if next_ms == -1 and not foreign and not kept and scanned < SWEEP_SCAN_BUDGET:
+                    # Empty (or gone): forget it; an event or the next SCAN finds it again.
+                    node.sets.pop(slot, None)
+                    return
+                recheck = min(SLOT_RECHECK_MAX_S, max(SWEEP_MAX_INTERVAL_S, len(node.sets) * 1.0))
+            if scanned >= SWEEP_SCAN_BUDGET:
+                recheck = SWEEP_MIN_INTERVAL_S  # more to look at: soon
+            elif next_ms != -1:
+                recheck = min(recheck, (next_ms + self.sweep_grace_ms - now_ms + 1) / 1000.0)
+            node.sets[slot] = now + max(recheck, SWEEP_MIN_INTERVAL_S)
 
     # ------------------------------------------------------------------ handlers
 

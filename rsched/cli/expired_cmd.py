@@ -26,7 +26,7 @@ from rsched.errors import BadInput
     "--db",
     metavar="N",
     help="Database whose expiries to watch [default: the one in --redis-url]. The claim and "
-    "sweep keys live there too.",
+    "sweep keys live there too. Redis Cluster: 0 only.",
 )
 @click.option(
     "--backup-sweep",
@@ -90,6 +90,14 @@ def expired(
     call) are also fired when their key is gone but no event was handled; each
     arming fires once, by the event or by the sweep. Cancel them with
     rsched.expired.disarm(), not DEL.
+
+    Redis Cluster: expiry events are published by the node that expires the
+    key, so this subscribes on every primary and follows the list of primaries
+    (checked every 5s and after a connection error: a promoted replica is
+    subscribed to, with its notify-keyspace-events checked or set). The claim
+    and sweep keys live in each trigger key's slot; each node's sweep finds
+    the armed sets of its slots by SCAN (on start, after each reconnection,
+    every 60s) and from the events it sees. Database 0 only.
 
     The handler gets the key's name as its last argument and in RSCHED_KEY,
     plus RSCHED_PATTERN, RSCHED_DB, RSCHED_FIRED_BY (event|sweep),
