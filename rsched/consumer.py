@@ -16,10 +16,18 @@ Each turn of the main loop:
    also registers the consumer and reaps expired leases, by the server's
    clock);
 4. when there is nothing to do, sleeps until the earliest of: the next due
-   time, the next lease expiry (to reap it), the next heartbeat, 5 s (to stay
-   registered); the waker's ``BZPOPMIN`` on the wake keys cuts the sleep
-   short when an earlier task is added. Idle, that is two Redis commands
-   every 5 s.
+   time, the next lease expiry (to reap it), the next heartbeat, the idle
+   cadence (to stay registered and see leases other consumers took); the
+   waker's ``BZPOPMIN`` on the wake keys cuts the sleep short when an earlier
+   task is added.
+
+Idle, a consumer sends two requests per idle cadence (10 s, or its shortest
+lease when that is between 5 and 10 s): one ``claim-9`` and one ``BZPOPMIN``
+that timed out, 7 commands counting those the script runs (INFO
+commandstats), 0.7 a second. ``claim-9`` checks the type of every key
+before any write but the registration; the consumer asks for the checks on
+its first claim of each queue and after any error, so a namespace collision
+still stops it with a clear message.
 
 Handlers are decided by the consumer's own configuration (task type ->
 handler), never by what is stored in Redis:
@@ -78,10 +86,16 @@ DEFAULT_LEASE_MS = 60_000
 DEFAULT_BACKOFF_MS = 1_000
 DEFAULT_BACKOFF_MAX_MS = 600_000
 DEFAULT_GRACE_MS = 30_000
-#: Longest idle sleep: the consumer re-registers (and reaps) at least this often.
-IDLE_CAP_MS = 5_000
-#: How long a registration lasts without renewal (``rsched queues`` shows live consumers).
-REGISTRATION_TTL_MS = 15_000
+#: Longest idle sleep: the consumer re-registers, and learns of leases other consumers
+#: took, at least this often (also the waker's ``BZPOPMIN`` timeout).
+IDLE_CAP_MS = 10_000
+#: The idle cadence is the shortest lease when that is shorter than IDLE_CAP_MS (a lease
+#: taken just after a claim is then seen before it can expire: reaped on time), but
+#: never below this.
+IDLE_MIN_MS = 5_000
+#: How long a registration lasts without renewal (``rsched queues`` shows live consumers):
+#: three idle cadences, as for cron runners.
+REGISTRATION_TTL_MS = 30_000
 #: Stale leases reaped per claim call.
 REAP_LIMIT = 100
 #: Most tasks a consumer with Python callables holds (claimed, not yet settled).
@@ -428,6 +442,7 @@ class _QueueState:
         "paused",
         "last_claim",
         "offset_ms",
+        "checked",
     )
 
     def __init__(self, name: str, keys: Any, opts: QueueOptions):
@@ -450,6 +465,7 @@ class _QueueState:
         self.paused = False
         self.last_claim = -1e18  # monotonic seconds
         self.offset_ms = 0.0  # server ms - local monotonic ms
+        self.checked = False  # claim-9 checked key types since start / the last error
 
 
 class Stats:
@@ -546,7 +562,9 @@ class Consumer:
         self.pid = int(ident["pid"])
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
         self.stats = Stats()
-        self._hb_interval_s = min(qs.opts.lease_ms for qs in self.queues) / 3000.0
+        min_lease = min(qs.opts.lease_ms for qs in self.queues)
+        self._hb_interval_s = min_lease / 3000.0
+        self._idle_s = min(IDLE_CAP_MS, max(IDLE_MIN_MS, min_lease)) / 1000.0
         self._commands = self.handlers.has_commands
         # EWMA of a Python handler's run time; starts at one task per batch, grows when fast
         self._py_avg_s = PY_BATCH_TARGET_S
@@ -604,6 +622,8 @@ class Consumer:
                         break
                     delay = 0.1
                 except _TRANSIENT as exc:
+                    for qs in self.queues:  # a restart or failover: check key types again
+                        qs.checked = False
                     wait_s = self._rnd.uniform(delay / 2, delay)
                     self._log("error", f"{_one_line(exc)}; retrying in {wait_s:.1f}s")
                     delay = min(RECONNECT_MAX_S, delay * 2)
@@ -680,7 +700,7 @@ class Consumer:
             t.start()
             self._workers.append(t)
         keys = [qs.keys.wake for qs in self.queues]
-        block_s = IDLE_CAP_MS / 1000.0 + 10.0  # longer than any block
+        block_s = self._idle_s + 10.0  # longer than any block
         if is_cluster(self.rs.redis):
             # A multi-key BZPOPMIN must stay in one slot: one listener per slot
             # (per queue partition), all on one cluster client of their own.
@@ -735,7 +755,7 @@ class Consumer:
             if self._closed:
                 break
             try:
-                popped = self._waker_client.bzpopmin(keys, timeout=IDLE_CAP_MS / 1000.0)
+                popped = self._waker_client.bzpopmin(keys, timeout=self._idle_s)
                 delay = 0.1
             except Exception as exc:  # noqa: BLE001 - the listener never dies
                 if self._closed:
@@ -892,7 +912,7 @@ class Consumer:
             free = capacity - len(self._held)
             server_est = qs.offset_ms + now * 1000
             reap_due = qs.next_lease != -1 and qs.next_lease <= server_est
-            if free <= 0 and not reap_due and now - qs.last_claim < IDLE_CAP_MS / 1000.0:
+            if free <= 0 and not reap_due and now - qs.last_claim < self._idle_s:
                 all_idle = False
                 continue
             got = self._claim(qs, max(free, 0), per_slot)
@@ -917,8 +937,10 @@ class Consumer:
                 self.rs.history_maxlen,
                 qs.name,
                 qs.opts.max_attempts,
+                0 if qs.checked else 1,
             ],
         )
+        qs.checked = True
         t1 = time.monotonic()
         mid = (t0 + t1) / 2
         server_now = int(out[0])
@@ -998,14 +1020,14 @@ class Consumer:
     def _sleep(self, now: float) -> None:
         capacity, _ = self._capacity()
         free = capacity - len(self._held)
-        deadlines = [now + IDLE_CAP_MS / 1000.0]
+        deadlines = [now + self._idle_s]
         if self._wd_every_s is not None:
             deadlines.append(self._next_wd)
         if self._stopping:
             deadlines.append(self._grace_deadline)
         else:
             for qs in self.queues:
-                deadlines.append(qs.last_claim + IDLE_CAP_MS / 1000.0)
+                deadlines.append(qs.last_claim + self._idle_s)
                 if free > 0 and not qs.paused and qs.next_due != -1:
                     deadlines.append((qs.next_due - qs.offset_ms + 1) / 1000.0)
                 if qs.next_lease != -1:
