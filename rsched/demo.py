@@ -53,7 +53,8 @@ class Summary:
     ticks: int = 0
     tick_fires: int = 0
     duplicate_ticks: int = 0
-    missed_ticks: int = 0
+    missed_ticks: int = 0  # ticks in the run with no record at all: nobody claimed them
+    skipped_ticks: int = 0  # recorded skipped/missed by policy (e.g. forbid: a run still going)
     tick_lateness: list[int] = field(default_factory=list)
     tick_hosts: Counter[str] = field(default_factory=Counter)
     tasks_added: int = 0
@@ -86,6 +87,7 @@ class Summary:
                 "fires": self.tick_fires,
                 "duplicates": self.duplicate_ticks,
                 "missed": self.missed_ticks,
+                "skipped": self.skipped_ticks,
                 "runners_that_fired": dict(self.tick_hosts),
                 "lateness": lat(self.tick_lateness),
             },
@@ -107,7 +109,12 @@ class Summary:
         parts = f", {n} partitions" if n > 1 else ""
         return [
             f"cron  demo.tick every second, 3 runners: {c['ticks']} ticks, {c['fires']} fires, "
-            f"{c['duplicates']} fired twice, {c['missed']} missed",
+            f"{c['duplicates']} fired twice, {c['missed']} missed"
+            + (
+                f", {c['skipped']} recorded skipped (the run before was still going)"
+                if c["skipped"]
+                else ""
+            ),
             f"      fires per runner: {', '.join(f'{k}={v}' for k, v in sorted(c['runners_that_fired'].items()))}",
             f"      firing lateness: p50 {c['lateness']['p50_ms']} ms, p99 {c['lateness']['p99_ms']} ms, "
             f"max {c['lateness']['max_ms']} ms",
@@ -116,7 +123,12 @@ class Summary:
             f"{t['lost']} lost, {t['early']} early",
             f"      firing lateness: p50 {t['lateness']['p50_ms']} ms, p99 {t['lateness']['p99_ms']} ms, "
             f"max {t['lateness']['max_ms']} ms",
-            f"{mark}: each tick fired once, each task ran once"
+            (
+                f"{mark}: each tick fired once, each task ran once"
+                if not self.skipped_ticks
+                else f"{mark}: each tick claimed once (fired, or skipped by the forbid policy), "
+                "each task ran once"
+            )
             if self.ok
             else f"{mark}: see the figures above",
         ]
@@ -298,18 +310,20 @@ def _history(rs: Any, key: str) -> list[dict[str, Any]]:
 
 def _summarise(rs: Any, log: str, added: int, names: list[str]) -> Summary:
     s = Summary(tasks_added=added)
-    fires = [
-        r
-        for r in _history(rs, rs.keys.cron("demo.tick").history)
-        if r.get("result") in ("ok", "failed", "timeout", "lost")
-    ]
+    records = _history(rs, rs.keys.cron("demo.tick").history)
+    fires = [r for r in records if r.get("result") in ("ok", "failed", "timeout", "lost")]
     per_tick = Counter(int(r["fire_ms"]) for r in fires)
     s.tick_fires = len(fires)
     s.ticks = len(per_tick)
     s.duplicate_ticks = sum(1 for n in per_tick.values() if n > 1)
+    # Every tick between the first and the last has a record: fired, or skipped /
+    # missed by policy (forbid: a loaded machine can make a 1 s job overrun). A
+    # tick with no record at all is one nobody claimed.
+    seen = {int(r["fire_ms"]) for r in records if r.get("fire_ms") is not None}
+    s.skipped_ticks = len(seen - set(per_tick))
     if per_tick:
         first, last = min(per_tick), max(per_tick)
-        s.missed_ticks = (last - first) // 1000 + 1 - len(per_tick)
+        s.missed_ticks = (last - first) // 1000 + 1 - len({t for t in seen if first <= t <= last})
     for r in fires:
         if r.get("started_ms") is not None:
             s.tick_lateness.append(max(0, int(r["started_ms"]) - int(r["fire_ms"])))
