@@ -112,7 +112,7 @@ def test_kill9_holder_is_taken_over_with_higher_token(cli: Cli, rs: Rsched, tmp_
     )
     try:
         t0 = time.monotonic()
-        os.kill(a.pid, signal.SIGKILL)  # only the rsched process; its child is orphaned
+        os.kill(a.pid, signal.SIGKILL)  # only the rsched process; its guardian kills the child
         wait_for(lambda: len(log.read_text().splitlines()) == 2, timeout=6, what="takeover")
         took = time.monotonic() - t0
         print(f"exec takeover after kill -9: {took:.2f}s (ttl 2s)")
