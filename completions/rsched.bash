@@ -14,11 +14,11 @@ _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version --help' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --wait-replicas --wait-replicas-timeout --format --json --help' ;;
-    'rsched bench') echo '--embedded --quick --repeat --only --namespace --format --json --help' ;;
+    'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json --help' ;;
     'rsched cancel') echo '--queue --format --json --help' ;;
     'rsched crons') echo '--format --json --help' ;;
     'rsched dead') echo '--queue --limit --format --json --help' ;;
-    'rsched demo') echo '--seconds --tasks --use-configured-redis --format --json --help' ;;
+    'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json --help' ;;
     'rsched doctor') echo '--format --json --help' ;;
     'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json --help' ;;
@@ -49,11 +49,11 @@ _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --wait-replicas --wait-replicas-timeout --format' ;;
-    'rsched bench') echo '--repeat --only --namespace --format' ;;
+    'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
-    'rsched demo') echo '--seconds --tasks --format' ;;
+    'rsched demo') echo '--seconds --tasks --redis-url --partitions --format' ;;
     'rsched doctor') echo '--format' ;;
     'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
     'rsched history') echo '--queue --limit --format' ;;

@@ -698,6 +698,11 @@ _JOB_ENV = [
         "RSCHED_SHARD_INDEX, RSCHED_SHARD_TOTAL",
         "With --shards: which shard this run owns, of how many.",
     ),
+    (
+        "RSCHED_GUARD",
+        "Internal, in handlers and jobs too (Linux): marks the processes the runner's "
+        "guardian kills if the runner is killed; pass it on to child processes.",
+    ),
 ]
 
 _FILES = [
