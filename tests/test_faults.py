@@ -374,6 +374,15 @@ def _chaos_drain(
     drain_s = time.monotonic() - t0
     # The last victims' tasks come back after their lease: wait until all is acked.
     wait_for(lambda: settled(r, rs, queue), timeout=lease_ms / 1000 * 3 + 30, what="all acked")
+    # A replacement started just before the drain ended may still be importing: SIGTERM
+    # then would kill it before its handler is installed. Registered = handler installed.
+    wait_for(
+        lambda: (
+            {p.pid for p in live} <= {int(m.split(":")[-2]) for m in r.zrange(q.consumers, 0, -1)}
+        ),
+        timeout=30,
+        what="every live consumer registered",
+    )
     assert [stop(p) for p in live] == [0] * len(live)
     all_runs = runs(log)
     by_id: dict[str, list[Run]] = defaultdict(list)
