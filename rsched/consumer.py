@@ -75,6 +75,7 @@ from rsched.errors import BadInput, ConfigError, RedisUnavailable
 from rsched.keys import logical_queue as _logical_queue
 from rsched.keys import member as make_member
 from rsched.proc import Child, child_env, split_command
+from rsched.runloop import LineLog, stop_signals
 from rsched.scripts import map_error
 from rsched.timeutil import iso, parse_duration
 
@@ -555,7 +556,7 @@ class Consumer:
         self.burst = bool(burst)
         self.verbose = verbose
         self.quiet = quiet
-        self._log_fn = log
+        self._logger = LineLog("consumer", verbose=verbose, quiet=quiet, sink=log)
         self._install_signals = install_signals
         ident = rs.identity()
         self.host = str(ident["host"])
@@ -607,7 +608,10 @@ class Consumer:
 
     def run(self) -> Stats:
         """Consume until stopped (or, with ``burst``, until nothing is due or running)."""
-        old = self._signals_on()
+        with stop_signals(self.stop, self._install_signals):
+            return self._run()
+
+    def _run(self) -> Stats:
         self._start_threads()
         self._log(
             "info",
@@ -644,7 +648,6 @@ class Consumer:
             raise
         finally:
             self._close()
-            self._signals_off(old)
         s = self.stats
         self._log(
             "info",
@@ -656,43 +659,9 @@ class Consumer:
     # ------------------------------------------------------------------ logging
 
     def _log(self, level: str, message: str) -> None:
-        if level == "debug" and (not self.verbose or self.quiet):
-            return
-        if level == "info" and self.quiet:
-            return
-        line = (
-            f"rsched consumer: {message}"
-            if level != "error"
-            else f"rsched consumer: error: {message}"
-        )
-        if self._log_fn is not None:
-            self._log_fn(line)
-            return
-        try:
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-        except (OSError, ValueError, RuntimeError):
-            pass
+        self._logger(level, message)
 
-    # ------------------------------------------------------------------ threads & signals
-
-    def _signals_on(self) -> dict[int, Any]:
-        install = self._install_signals
-        if install is None:
-            install = threading.current_thread() is threading.main_thread()
-        old: dict[int, Any] = {}
-        if not install:
-            return old
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            old[sig] = signal.signal(sig, self._on_signal)
-        return old
-
-    def _signals_off(self, old: dict[int, Any]) -> None:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.stop(signal.Signals(signum).name)
+    # ------------------------------------------------------------------ threads
 
     def _start_threads(self) -> None:
         for i in range(self.concurrency):

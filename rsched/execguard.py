@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsched import cronexpr, errors, proc, replication, validate
 from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Holder, Watchdog, _dumps, _int, new_owner_id
+from rsched.runloop import stop_signals
 from rsched.timeutil import iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -176,12 +177,15 @@ def run_exec(
         return int(rs.scripts("lock-renew-1", [k.lock], [owner, ttl_ms])[0])
 
     dog = Watchdog(renew, ttl_ms, on_lost=on_lost, name=f"rsched-exec-{name}").start()
-    prev = _forward_signals(child, grace_s)
+
+    def forward(name: str) -> None:  # SIGTERM/SIGINT/SIGHUP stop the child's group gracefully
+        threading.Thread(target=child.stop, args=(f"signal {name}", grace_s), daemon=True).start()
+
     try:
-        result = child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
+        with stop_signals(forward, signals=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)):
+            result = child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
     finally:
         dog.stop()
-        _restore_signals(prev)
     if lost.is_set():
         outcome = "lost"
     elif result.timed_out:
@@ -233,33 +237,6 @@ def _release_with_retry(
                 delay *= 2
                 continue
             raise
-
-
-def _forward_signals(child: proc.Child, grace_s: float) -> dict[int, Any]:
-    """SIGTERM/SIGINT/SIGHUP to `exec` stop the child's group gracefully."""
-    prev: dict[int, Any] = {}
-    if threading.current_thread() is not threading.main_thread():
-        return prev
-
-    def handler(signum: int, _frame: Any) -> None:
-        threading.Thread(
-            target=child.stop, args=(f"signal {signal.Signals(signum).name}", grace_s), daemon=True
-        ).start()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        try:
-            prev[sig] = signal.signal(sig, handler)
-        except (ValueError, OSError):
-            pass
-    return prev
-
-
-def _restore_signals(prev: dict[int, Any]) -> None:
-    for sig, h in prev.items():
-        try:
-            signal.signal(sig, h)
-        except (ValueError, OSError):
-            pass
 
 
 __all__ = ["run_exec", "ExecOutcome", "OncePer", "os"]

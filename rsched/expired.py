@@ -93,7 +93,6 @@ import random
 import re
 import secrets
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -107,6 +106,7 @@ from rsched import systemd
 from rsched.errors import BadInput, ConfigError, RedisUnavailable
 from rsched.keys import ExpiredKeys, key_slot
 from rsched.proc import Child, child_env, split_command
+from rsched.runloop import LineLog, stop_signals
 from rsched.scripts import Scripts, map_error
 from rsched.timeutil import iso
 
@@ -599,7 +599,7 @@ class ExpiredRunner:
         self.channel = f"__keyevent@{self.db}__:expired"
         self.verbose = verbose
         self.quiet = quiet
-        self._log_fn = log
+        self._logger = LineLog("expired", verbose=verbose, quiet=quiet, sink=log)
         self._install_signals = install_signals
         ident = rs.identity()
         self.id = f"{ident['host']}:{ident['pid']}:{secrets.token_hex(3)}"
@@ -651,16 +651,15 @@ class ExpiredRunner:
                 if not self.cluster:
                     raise
                 raise ConfigError(f"Redis Cluster primary {n.name}: {exc}") from None
-        old = self._signals_on()
-        try:
-            self._start()
-            self._main()
-        except BaseException:
-            self._kill_running("shutdown")
-            raise
-        finally:
-            self._close()
-            self._signals_off(old)
+        with stop_signals(self.stop, self._install_signals):
+            try:
+                self._start()
+                self._main()
+            except BaseException:
+                self._kill_running("shutdown")
+                raise
+            finally:
+                self._close()
         if self._fatal is not None:
             raise self._fatal
         s = self.stats
@@ -674,20 +673,7 @@ class ExpiredRunner:
     # ------------------------------------------------------------------ logging
 
     def _log(self, level: str, message: str) -> None:
-        if level == "debug" and (not self.verbose or self.quiet):
-            return
-        if level == "info" and self.quiet:
-            return
-        prefix = {"error": "error: ", "warning": "warning: "}.get(level, "")
-        line = f"rsched expired: {prefix}{message}"
-        if self._log_fn is not None:
-            self._log_fn(line)
-            return
-        try:
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-        except (OSError, ValueError, RuntimeError):
-            pass
+        self._logger(level, message)
 
     def _node_log(self, node: _Node) -> Callable[[str, str], None]:
         """Log lines about one node: named on a cluster."""
@@ -695,24 +681,7 @@ class ExpiredRunner:
             return self._log
         return lambda level, message: self._log(level, f"{node.name}: {message}")
 
-    # ------------------------------------------------------------------ signals & threads
-
-    def _signals_on(self) -> dict[int, Any]:
-        install = self._install_signals
-        if install is None:
-            install = threading.current_thread() is threading.main_thread()
-        old: dict[int, Any] = {}
-        if install:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                old[sig] = signal.signal(sig, self._on_signal)
-        return old
-
-    def _signals_off(self, old: dict[int, Any]) -> None:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.stop(signal.Signals(signum).name)
+    # ------------------------------------------------------------------ threads
 
     def _start(self) -> None:
         self._log(
