@@ -71,11 +71,11 @@ import redis
 from rsched import partitions as _partitions
 from rsched import systemd, validate
 from rsched.conn import cluster_clone, is_cluster
-from rsched.errors import BadInput, ConfigError, RedisUnavailable
+from rsched.errors import BadInput, ConfigError
 from rsched.keys import logical_queue as _logical_queue
 from rsched.keys import member as make_member
 from rsched.proc import Child, child_env, split_command
-from rsched.runloop import LineLog, stop_signals
+from rsched.runloop import TRANSIENT, LineLog, stop_signals
 from rsched.scripts import map_error
 from rsched.timeutil import iso, parse_duration
 
@@ -1237,12 +1237,7 @@ class Consumer:
 
 
 #: Errors the loop rides out: the server blinked, is loading, or failed over.
-_TRANSIENT = (
-    RedisUnavailable,
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-)
+_TRANSIENT = TRANSIENT
 
 
 def _one_line(text: Any) -> str:

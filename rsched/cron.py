@@ -236,7 +236,9 @@ class ServerClock:
 
 
 def _is_redis_down(exc: BaseException) -> bool:
-    return isinstance(exc, redis.ConnectionError | redis.TimeoutError | errors.RedisUnavailable)
+    from rsched.runloop import TRANSIENT
+
+    return isinstance(exc, TRANSIENT)
 
 
 @dataclass

@@ -106,7 +106,7 @@ from rsched import systemd
 from rsched.errors import BadInput, ConfigError, RedisUnavailable
 from rsched.keys import ExpiredKeys, key_slot
 from rsched.proc import Child, child_env, split_command
-from rsched.runloop import LineLog, stop_signals
+from rsched.runloop import TRANSIENT, LineLog, stop_signals
 from rsched.scripts import Scripts, map_error
 from rsched.timeutil import iso
 
@@ -147,17 +147,7 @@ SWEEP_PIPELINE = 256
 
 NOTIFY_FIX = "CONFIG SET notify-keyspace-events Ex"
 
-_TRANSIENT = (
-    RedisUnavailable,
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.BusyLoadingError,
-    # a cluster while a failover is in progress
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.MasterDownError,
-)
+_TRANSIENT = TRANSIENT
 #: The key's slot is served by another node (MOVED) or moving there (ASK).
 _REDIRECT = redis.exceptions.AskError
 #: Connection options of a cluster client's node that belong to the cluster client.

@@ -1,5 +1,6 @@
 """What the long-running loops share (``run consumer``, ``run expired``, ``exec``):
-their log lines on stderr and their stop on SIGTERM / SIGINT.
+their log lines on stderr, their stop on SIGTERM / SIGINT, and which Redis
+errors are an outage to wait out (:data:`TRANSIENT`) rather than a failure.
 
 :class:`LineLog` writes ``rsched NAME: [error: |warning: ]message``, drops
 ``debug`` unless verbose and ``info`` when quiet, and never lets a closed or
@@ -21,6 +22,21 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import redis
+
+from rsched.errors import RedisUnavailable
+
+#: Errors a loop (or a bulk writer) rides out by retrying: the server blinked,
+#: restarted, is loading its data, or is failing over (Sentinel or Cluster).
+TRANSIENT: tuple[type[Exception], ...] = (
+    RedisUnavailable,
+    redis.ConnectionError,  # BusyLoadingError (the server loading its data) is one
+    redis.TimeoutError,
+    redis.exceptions.ReadOnlyError,  # a replica after a failover, until we follow it
+    redis.exceptions.ClusterDownError,  # MasterDownError is one
+    redis.exceptions.TryAgainError,
+)
 
 _PREFIX = {"error": "error: ", "warning": "warning: "}
 
