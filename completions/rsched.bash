@@ -13,7 +13,7 @@ _rsched_subcommands() {
 _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version --help' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --wait-replicas --wait-replicas-timeout --format --json --help' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json --help' ;;
     'rsched cancel') echo '--queue --format --json --help' ;;
     'rsched crons') echo '--format --json --help' ;;
@@ -48,7 +48,7 @@ _rsched_options() {
 _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --wait-replicas --wait-replicas-timeout --format' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --format' ;;
     'rsched crons') echo '--format' ;;

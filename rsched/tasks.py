@@ -414,6 +414,8 @@ def add_lines(
     batch: int = 10_000,
     progress: Any = None,
     partitions: int | None = None,
+    retry_s: float = 0.0,
+    on_retry: Callable[[BaseException, float], None] | None = None,
 ) -> dict[str, int]:
     """``add --from``: JSON lines -> tasks, ``batch`` lines validated, then written
     in one pipeline. A bad line raises :class:`BadInput` naming it; nothing of
@@ -422,8 +424,19 @@ def add_lines(
     that connects: it is called on the first batch (bad input needs no Redis).
 
     A batch is written by a helper thread while the next one is parsed, so the
-    server's work overlaps the parsing (one batch in flight at a time)."""
+    server's work overlaps the parsing (one batch in flight at a time).
+
+    ``retry_s``: a batch whose write meets an outage (:data:`rsched.runloop.TRANSIENT`:
+    Redis restarting, loading, a Sentinel or Cluster failover) is written again,
+    with backoff, for up to that many seconds from the first error, and
+    ``on_retry(error, seconds_left)`` is told. Writing a batch again is safe with
+    ``keep`` and ``replace`` (re-adding the same task is idempotent); a task the
+    lost attempt had already written then counts as kept. Never with ``error``:
+    a batch that was half written would report conflicts for its own tasks."""
     import threading
+    import time
+
+    from rsched.runloop import TRANSIENT
 
     _check_if_exists(if_exists)
     counts = {"added": 0, "kept": 0, "replaced": 0}
@@ -437,17 +450,46 @@ def add_lines(
         thread, box = inflight.pop()
         thread.join()
         if "error" in box:
-            raise box["error"]
+            exc = box["error"]
+            done = sum(counts.values())
+            if isinstance(exc, TRANSIENT) and done:
+                from rsched.scripts import map_error
+
+                err = map_error(exc)
+                raise type(err)(
+                    f"{err} ({done} tasks from earlier batches were written; "
+                    "adding them again keeps them)"
+                ) from exc
+            raise exc
         for k, v in box["counts"].items():
             counts[k] += v
         if progress is not None:
             progress(counts)
 
+    retry = retry_s > 0 and if_exists != "error"
+
     def write(specs: list[TaskSpec], box: dict[str, Any]) -> None:
-        try:
-            box["counts"] = add_counts(conn[0], specs, if_exists=if_exists, partitions=partitions)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller
-            box["error"] = exc
+        give_up = 0.0
+        delay = 0.1
+        while True:
+            try:
+                box["counts"] = add_counts(
+                    conn[0], specs, if_exists=if_exists, partitions=partitions
+                )
+                return
+            except TRANSIENT as exc:
+                now = time.monotonic()
+                give_up = give_up or now + retry_s
+                if not retry or now >= give_up:
+                    box["error"] = exc
+                    return
+                if on_retry is not None:
+                    on_retry(exc, give_up - now)
+                time.sleep(min(delay, give_up - now))
+                delay = min(delay * 2, 2.0)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller
+                box["error"] = exc
+                return
 
     def flush() -> None:
         if not pending:

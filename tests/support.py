@@ -258,5 +258,8 @@ class Cli:
                     pass
             try:
                 p.communicate(timeout=10)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - e.g. a stdin the test closed itself
                 pass
+            for pipe in (p.stdin, p.stdout, p.stderr):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()

@@ -5,6 +5,10 @@ batches written while the next one is parsed."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +16,7 @@ from rsched import tasks
 from rsched.client import Rsched
 from rsched.errors import BadInput, Conflict
 from rsched.tasks import TaskSpec
-from tests.support import Cli
+from tests.support import Cli, RedisServer, wait_for
 
 
 def _spec(i: str, delay: int | None = None, payload: str = "null") -> TaskSpec:
@@ -90,3 +94,81 @@ def test_add_from_cli_counts(cli: Cli) -> None:
         json.dumps({"type": "f.t", "id": str(i % 7), "payload": {"i": i}}) for i in range(20)
     )
     assert cli.json("add", "--from", "-", input=lines) == {"added": 7, "kept": 13, "replaced": 0}
+
+
+# ----------------------------------------------------------------- add --from across an outage
+
+
+def _lines(start: int, end: int) -> str:
+    return "".join(
+        json.dumps({"type": "o.t", "id": str(i), "in": "1h"}) + "\n" for i in range(start, end)
+    )
+
+
+def test_add_from_rides_out_a_redis_restart(own_server: RedisServer, tmp_path: Path) -> None:
+    """`add --from` fed through a pipe: Redis is kill -9'd between batches and
+    restarted from its AOF while the next batch is being written. The command
+    retries that batch, exits 0 and every line is in Redis once."""
+    cli = Cli(own_server, "bulk-outage", cwd=str(tmp_path))
+    err = tmp_path / "add.err"
+    with open(err, "w") as fh:
+        p = cli.spawn("add", "--from", "-", "--retry-for", "60s", stdin=subprocess.PIPE, stderr=fh)
+    assert p.stdin is not None
+    r = own_server.client()
+    q = "bulk-outage:{q:default}:tasks"
+    try:
+        p.stdin.write(_lines(0, 25_000))
+        p.stdin.flush()
+        wait_for(lambda: r.hlen(q) == 20_000, timeout=60, what="two batches written")
+        own_server.kill()
+
+        def rest() -> None:  # blocks while rsched retries (it reads no more until then)
+            assert p.stdin is not None
+            p.stdin.write(_lines(25_000, 60_000))
+            p.stdin.close()
+
+        feeder = threading.Thread(target=rest, daemon=True)
+        feeder.start()
+        wait_for(lambda: "writing the batch again" in err.read_text(), timeout=60, what="a retry")
+        own_server.start()
+        r.close()
+        r = own_server.client()
+        feeder.join(timeout=60)
+        assert p.wait(timeout=120) == 0, err.read_text()
+        out = p.stdout.read() if p.stdout else ""
+    finally:
+        cli.close()
+    added, kept = (int(x) for x in re.findall(r"added (\d+), kept (\d+)", out)[0])
+    assert added + kept == 60_000 and added >= 40_000, out
+    assert r.hlen(q) == 60_000
+    assert r.zcard("bulk-outage:{q:default}:sched") == 60_000
+    r.close()
+
+
+def test_add_from_without_retry_says_what_was_written(
+    own_server: RedisServer, tmp_path: Path
+) -> None:
+    cli = Cli(own_server, "bulk-outage0", cwd=str(tmp_path))
+    p = cli.spawn("add", "--from", "-", "--retry-for", "0", stdin=subprocess.PIPE)
+    assert p.stdin is not None
+    r = own_server.client()
+    try:
+        p.stdin.write(_lines(0, 25_000))
+        p.stdin.flush()
+        # The second batch is sent only once the first was acknowledged.
+        wait_for(
+            lambda: r.hlen("bulk-outage0:{q:default}:tasks") == 20_000, timeout=60, what="batches"
+        )
+        own_server.kill()
+        try:
+            p.stdin.write(_lines(25_000, 40_000))
+            p.stdin.close()
+        except BrokenPipeError:  # it may have given up before reading all of it
+            pass
+        assert p.wait(timeout=60) == 69
+        err = p.stderr.read() if p.stderr else ""
+    finally:
+        cli.close()
+        r.close()
+    assert re.search(r"\b(10000|20000) tasks from earlier batches were written", err), err
+    assert len(err.strip().splitlines()) == 1, err

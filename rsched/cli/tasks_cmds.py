@@ -103,6 +103,15 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     help="The queue is (or becomes, on first use) split into N partitions, spread over a "
     "cluster's primaries; must match what Redis has stored [config; default: as stored, else 1].",
 )
+@click.option(
+    "--retry-for",
+    "retry_for",
+    metavar="DUR",
+    default="30s",
+    show_default=True,
+    help="With --from: ride out a Redis outage (restart, failover) this long, writing the "
+    "batch again (not with --if-exists error); 0 = fail at once.",
+)
 @wait_replicas_options
 @output_options
 @pass_app
@@ -120,6 +129,7 @@ def add(
     if_exists: str,
     from_file: IO[bytes] | None,
     partitions: str | None,
+    retry_for: str,
     wait_replicas: int | None,
     wait_replicas_timeout: str | None,
 ) -> None:
@@ -134,6 +144,12 @@ def add(
     have the write; if fewer acknowledge it in time, the task stays added, the
     shortfall is reported on stderr and the exit status is 1 (adding it again
     keeps it; if a consumer already ran it, it runs once more).
+
+    --from writes batches of 10,000 lines; a batch that meets a Redis outage is
+    written again for up to --retry-for (each retry noted on stderr): re-adding
+    a task is idempotent, so tasks of the lost attempt that had been written
+    count as kept. If the outage lasts longer the command exits 69, saying how
+    many tasks were written; running it again keeps those.
     """
     from rsched import tasks
 
@@ -146,7 +162,10 @@ def add(
     if from_file is not None:
         if task_type or task_id:
             raise BadInput("--from", "give either TYPE ID or --from FILE, not both")
-        _add_from(app, from_file, if_exists, pol, n_parts)
+        from rsched.timeutil import parse_duration
+
+        retry_ms = 0 if retry_for.strip() == "0" else parse_duration(retry_for, "--retry-for")
+        _add_from(app, from_file, if_exists, pol, n_parts, retry_ms / 1000)
         return
     if not task_type or not task_id:
         raise BadInput("TYPE ID", "both are required (or use --from FILE)")
@@ -212,7 +231,12 @@ def _oneshot(app: App) -> Any:
 
 
 def _add_from(
-    app: App, fh: IO[bytes], if_exists: str, pol: Any, partitions: int | None = None
+    app: App,
+    fh: IO[bytes],
+    if_exists: str,
+    pol: Any,
+    partitions: int | None = None,
+    retry_s: float = 0.0,
 ) -> None:
     from rsched import tasks
 
@@ -231,8 +255,27 @@ def _add_from(
 
     try:
         # Connect on the first batch: a file whose first lines are bad needs no Redis.
+
+        noted = [0.0]
+
+        def on_retry(exc: BaseException, left_s: float) -> None:
+            import time
+
+            now = time.monotonic()
+            if now - noted[0] < 10:  # the first retry, then one line per 10 s
+                return
+            noted[0] = now
+            what = str(exc).strip().rstrip(".") or type(exc).__name__
+            app.info(f"rsched add: {what}; writing the batch again (for {left_s:.0f}s more)")
+
         counts = tasks.add_lines(
-            lambda: app.rs, fh, if_exists=if_exists, progress=on_batch, partitions=partitions
+            lambda: app.rs,
+            fh,
+            if_exists=if_exists,
+            progress=on_batch,
+            partitions=partitions,
+            retry_s=retry_s,
+            on_retry=on_retry,
         )
     finally:
         if progress is not None:
