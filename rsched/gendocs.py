@@ -664,6 +664,11 @@ _ENVIRONMENT = [
     ),
     ("NO_COLOR", "When set, no colour in any output."),
     (
+        "RSCHED_GUARDIAN",
+        "off: start no guardian process (Linux), so a kill -9'd runner's children run on; "
+        "for supervisors that kill the whole service themselves.",
+    ),
+    (
         "XDG_CONFIG_HOME",
         "The config file is looked up in $XDG_CONFIG_HOME/rsched/config.toml (default ~/.config).",
     ),

@@ -167,6 +167,10 @@ except (OSError, ValueError):
 
 
 def _guard_supported() -> bool:
+    """Linux, and not turned off with ``RSCHED_GUARDIAN=off`` (for a supervisor that
+    already kills the whole service, e.g. systemd's ``KillMode=control-group``)."""
+    if os.environ.get("RSCHED_GUARDIAN", "").strip().lower() in ("off", "0", "no", "false"):
+        return False
     return sys.platform.startswith("linux") and bool(sys.executable)
 
 

@@ -218,3 +218,16 @@ def test_a_runner_that_exits_normally_leaves_no_guardian_and_kills_nothing(
     runner_pid = int(res.stdout.split()[0])
     assert "is gone" not in res.stderr
     wait_for(lambda: not guardians(runner_pid), what="the guardian to exit with its runner")
+
+
+def test_guardian_off_starts_none_and_leaves_the_old_behaviour(run: Run, tmp_path: Path) -> None:
+    """RSCHED_GUARDIAN=off (a supervisor that kills the whole service already): no
+    guardian is started, and a kill -9 of the runner leaves its child running."""
+    holder = script(tmp_path, "holder.sh", HOLDER)
+    run.env["RSCHED_GUARDIAN"] = "off"
+    c = run.spawn("exec", "--lock", "orph-off", "--ttl", "2s", "--", str(holder), "off")
+    running = run.pids("off")
+    assert not guardians(c.pid)
+    run.kill9(c)
+    assert all(alive(p) for p in running)
+    assert "is gone" not in run.err.read_text()
