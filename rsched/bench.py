@@ -110,7 +110,9 @@ class Params:
             lateness_s=3.0,
             lateness_tasks=60,
             cold_runs=5,
-            idle_s=5.0,
+            # an idle consumer or runner calls Redis every 10 s: a shorter window
+            # could see no call at all and report 0
+            idle_s=12.0,
             scale_large=100_000,
             scale_samples=300,
             repeat=1,
