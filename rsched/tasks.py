@@ -199,7 +199,9 @@ def make_spec(
     if queue != "default":
         validate.queue(queue, f["queue"])
     if delay is not None and at is not None:
-        raise BadInput(f["in"], f"give either {f['in']} or {f['at']}, not both")
+        # f["in"] may be "line 3: in": the message names the fields without the line again.
+        short_in, short_at = f["in"].rsplit(": ", 1)[-1], f["at"].rsplit(": ", 1)[-1]
+        raise BadInput(f["in"], f"give either {short_in} or {short_at}, not both")
     spec = TaskSpec(task_type, task_id, queue)
     if delay is not None:
         spec.delay_ms = _delay(delay, f["in"])
@@ -244,22 +246,87 @@ def spec_from_line(raw: bytes | str, lineno: int) -> TaskSpec:
             raise BadInput(f"{where}: {req}", "is required")
     task_type = obj["type"]
     task_id = obj["id"]
-    if type(task_type) is not str or type(task_id) not in (str, int):
-        raise BadInput(f"{where}: id", "type and id must be strings")
+    delay = obj.get("in")
+    at = obj.get("at")
+    max_attempts = obj.get("max_attempts")
+    if (
+        type(task_type) is not str
+        or type(task_id) is not str
+        or (delay is not None and type(delay) is not str)
+        or (at is not None and type(at) is not str)
+        or (max_attempts is not None and type(max_attempts) not in (int, str))
+    ):
+        raise _line_type_error(where, obj)
     kw: dict[str, Any] = dict(
         queue=obj.get("queue", "default"),
-        delay=obj.get("in"),
-        at=obj.get("at"),
+        delay=delay,
+        at=at,
         payload=obj.get("payload"),
-        max_attempts=obj.get("max_attempts"),
+        max_attempts=max_attempts,
     )
     try:
-        return make_spec(task_type, str(task_id), **kw)
+        return make_spec(task_type, task_id, **kw)
     except BadInput:
         # The common case pays for no per-line field names; a bad line is checked
         # again so that the message names "line N: FIELD".
         fields = {k: f"{where}: {k}" for k in LINE_FIELDS}
-        return make_spec(task_type, str(task_id), fields=fields, **kw)
+        return make_spec(task_type, task_id, fields=fields, **kw)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a JSON boolean"
+    if isinstance(value, int | float):
+        return "a JSON number"
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, dict):
+        return "a JSON object"
+    return "not a string"
+
+
+def _line_type_error(where: str, obj: dict[str, Any]) -> BadInput:
+    """The first field of a JSON line whose JSON type is wrong. A line follows the
+    flags' rules: numbers are not read as milliseconds (``"in": 1800`` would be
+    1.8 s, ``"at": 1796040000`` a time in 1970), IDs are strings."""
+    from rsched.timeutil import DURATION_FORM, TIME_FORM
+
+    task_type = obj["type"]
+    if type(task_type) is not str:
+        return BadInput(
+            f"{where}: type",
+            f"{_shown(task_type)} is {_json_kind(task_type)}; a task type is a string "
+            f'({validate.TYPE_RULE}), like "order.close"',
+        )
+    task_id = obj["id"]
+    if type(task_id) is not str:
+        hint = f'; write "{task_id}"' if type(task_id) is int else ""
+        return BadInput(
+            f"{where}: id",
+            f"{_shown(task_id)} is {_json_kind(task_id)}; task IDs are strings "
+            f"({validate.ID_RULE}){hint}",
+        )
+    delay = obj.get("in")
+    if delay is not None and type(delay) is not str:
+        return BadInput(
+            f"{where}: in",
+            f"{_shown(delay)} is {_json_kind(delay)}; give a string: {DURATION_FORM}",
+        )
+    at = obj.get("at")
+    if at is not None and type(at) is not str:
+        return BadInput(
+            f"{where}: at", f"{_shown(at)} is {_json_kind(at)}; give a string: {TIME_FORM}"
+        )
+    ma = obj.get("max_attempts")
+    return BadInput(
+        f"{where}: max_attempts",
+        f"{_shown(ma)} is not a whole number from 1 to {validate.MAX_ATTEMPTS_LIMIT}",
+    )
 
 
 def _args(spec: TaskSpec) -> tuple[str, str, str, int]:

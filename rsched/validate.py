@@ -14,6 +14,7 @@ ID_RULE = "1-256 printable characters without whitespace"
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_DIGITS = re.compile(r"[0-9]{1,9}")
 
 #: Largest payload accepted, in bytes of its compact JSON (documented in the README).
 MAX_PAYLOAD_BYTES = 1_048_576
@@ -49,14 +50,13 @@ def task_id(value: str, field: str = "ID") -> str:
 
 
 def max_attempts(value: Any, field: str = "--max-attempts") -> int:
+    """An int, or a string of ASCII digits (the flag's text; int() alone would also
+    take "+3", "1_0" and other scripts' digits)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
-    try:
-        n = int(value)
-    except ValueError:
-        raise BadInput(
-            field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}"
-        ) from None
+    if isinstance(value, str) and not _DIGITS.fullmatch(value.strip()):
+        raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
+    n = int(value)
     if not 1 <= n <= MAX_ATTEMPTS_LIMIT:
         raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
     return n

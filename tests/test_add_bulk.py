@@ -89,6 +89,62 @@ def test_add_lines_batches_and_bad_line(rs: Rsched) -> None:
         tasks.add_lines(rs, bad, batch=10, if_exists="replace")
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        # A number is not read as milliseconds: "at" would be in 1970, "in" 1.8 s.
+        (
+            '"at": 1796040000',
+            r"^line 2: at: 1796040000 is a JSON number; give a string: an ISO 8601",
+        ),
+        ('"in": 1800', r"^line 2: in: 1800 is a JSON number; give a string: a positive duration"),
+        ('"in": true', r"^line 2: in: true is a JSON boolean"),
+        ('"at": ["2026-12-01T02:00Z"]', r"^line 2: at: .* is a JSON array"),
+        ('"max_attempts": 2.5', r"^line 2: max_attempts: 2.5 is not a whole number from 1 to"),
+        ('"max_attempts": "3x"', r"^line 2: max_attempts: '3x' is not a whole number"),
+        ('"max_attempts": false', r"^line 2: max_attempts: false is not a whole number"),
+        ('"max_attempts": {"n": 3}', r"^line 2: max_attempts: .* is not a whole number"),
+        # "line 2" once, the fields by their JSON names
+        ('"in": "1h", "at": "2026-12-01T02:00Z"', r"^line 2: in: give either in or at, not both$"),
+    ],
+)
+def test_jsonl_fields_follow_the_flags_rules(rs: Rsched, line: str, message: str) -> None:
+    lines = ['{"type": "j.t", "id": "ok"}', '{"type": "j.t", "id": "bad", ' + line + "}"]
+    with pytest.raises(BadInput, match=message):
+        tasks.add_lines(rs, lines)
+    assert rs.redis.exists(rs.keys.queue("default").tasks) == 0  # nothing of the batch
+
+
+def test_jsonl_id_and_type_are_strings(rs: Rsched) -> None:
+    with pytest.raises(
+        BadInput, match=r'^line 1: id: 5 is a JSON number; task IDs are strings .*write "5"'
+    ):
+        tasks.spec_from_line('{"type": "j.t", "id": 5}', 1)
+    with pytest.raises(BadInput, match=r"^line 1: id: 1.5 is a JSON number; task IDs are strings"):
+        tasks.spec_from_line('{"type": "j.t", "id": 1.5}', 1)
+    with pytest.raises(
+        BadInput, match=r"^line 1: type: 7 is a JSON number; a task type is a string"
+    ):
+        tasks.spec_from_line('{"type": 7, "id": "x"}', 1)
+
+
+def test_jsonl_strings_and_integer_max_attempts_are_accepted(rs: Rsched) -> None:
+    spec = tasks.spec_from_line('{"type": "j.t", "id": "1", "in": "1h30m", "max_attempts": "3"}', 1)
+    assert spec.delay_ms == 5_400_000 and spec.max_attempts == 3
+    spec = tasks.spec_from_line(
+        '{"type": "j.t", "id": "2", "at": "2026-12-01T02:00+08:00", "max_attempts": 4}', 1
+    )
+    assert spec.at_ms == 1_796_061_600_000 and spec.max_attempts == 4
+    # The library keeps its integer milliseconds: only the JSON-lines parser is strict.
+    assert tasks.make_spec("j.t", "3", delay=1800).delay_ms == 1800
+    assert tasks.make_spec("j.t", "4", at=1_796_040_000_000).at_ms == 1_796_040_000_000
+
+
+def test_flag_names_in_the_either_or_message() -> None:
+    with pytest.raises(BadInput, match=r"^--in: give either --in or --at, not both$"):
+        tasks.make_spec("j.t", "1", delay="1h", at="2026-12-01T02:00Z")
+
+
 def test_add_from_cli_counts(cli: Cli) -> None:
     lines = "\n".join(
         json.dumps({"type": "f.t", "id": str(i % 7), "payload": {"i": i}}) for i in range(20)

@@ -164,6 +164,29 @@ def test_add_from_jsonl_and_a_bad_line_writes_nothing(cli: Cli, server: RedisSer
     assert res.returncode == 2 and "colour" in res.stderr
 
 
+def test_add_from_refuses_numbers_for_in_at_and_id(cli: Cli, server: RedisServer) -> None:
+    ok = '{"type": "a.b", "id": "fine", "in": "30m"}\n'
+    for line, field in [
+        ('{"type":"a.b","id":"x","at":1796040000}', "at"),  # was: due in 1970, run at once
+        ('{"type":"a.b","id":"x","in":1800}', "in"),  # was: 1.8 s
+        ('{"type":"a.b","id":5}', "id"),
+        ('{"type":"a.b","id":"x","max_attempts":"three"}', "max_attempts"),
+    ]:
+        res = cli("add", "--from", "-", input=ok + line + "\n")
+        assert res.returncode == 2, res.stderr
+        [msg] = res.stderr.splitlines()
+        assert msg.startswith(f"rsched: error: line 2: {field}: "), msg
+        assert msg.count("line 2") == 1
+        assert ns_keys(server, cli.namespace) == []
+    res = cli(
+        "add", "--from", "-", input='{"type":"a.b","id":"x","in":"1h","at":"2026-12-01T02:00Z"}'
+    )
+    assert res.returncode == 2
+    assert res.stderr == "rsched: error: line 1: in: give either in or at, not both\n"
+    res = cli("add", "--from", "-", "--json", input=ok + '{"type":"a.b","id":"y","max_attempts":2}')
+    assert json.loads(res.stdout) == {"added": 2, "kept": 0, "replaced": 0}, res.stderr
+
+
 def test_cancel_and_show_absent_exit_3(cli: Cli) -> None:
     assert cli("cancel", "t", "404").returncode == 3
     assert cli("show", "t", "404").returncode == 3

@@ -95,7 +95,8 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     "from_file",
     type=click.File("rb"),
     metavar="FILE",
-    help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts.",
+    help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts, "
+    'with the flags\' rules: {"type": "order.close", "id": "1001", "in": "30m"}.',
 )
 @click.option(
     "--partitions",
