@@ -187,6 +187,26 @@ def test_add_from_refuses_numbers_for_in_at_and_id(cli: Cli, server: RedisServer
     assert json.loads(res.stdout) == {"added": 2, "kept": 0, "replaced": 0}, res.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "note"),
+    [
+        (["locks"], "no locks held"),
+        (["list"], "no tasks in queue default"),
+        (["list", "--state", "dead"], "no tasks in queue default in state dead"),
+        (["queues"], "no queues yet"),
+        (["dead"], "no dead tasks"),
+        (["crons"], "no crons registered"),
+        (["history"], "no records"),
+    ],
+)
+def test_quiet_silences_the_nothing_to_show_notes(cli: Cli, args: list[str], note: str) -> None:
+    res = cli(*args, check=0)
+    assert res.stdout == "" and res.stderr == note + "\n"
+    res = cli("-q", *args, check=0)
+    assert res.stdout == "" and res.stderr == ""  # -q: "Only errors on stderr."
+    assert cli("-q", *args, "--json", check=0).stdout == "[]\n"
+
+
 def test_cancel_and_show_absent_exit_3(cli: Cli) -> None:
     assert cli("cancel", "t", "404").returncode == 3
     assert cli("show", "t", "404").returncode == 3

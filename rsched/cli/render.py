@@ -31,6 +31,20 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def info(message: str) -> None:
+    """A note for people on stderr ("no locks held"): through the command's
+    ``App.info``, so ``-q`` silences it and ``--log-format json`` shapes it."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        from rsched.cli.main import App
+
+        app = ctx.find_object(App)
+        if app is not None:
+            app.info(message)
+            return
+    click.echo(message, err=True)
+
+
 def table(
     rows: Sequence[Any],
     columns: Sequence[Column],
@@ -50,7 +64,7 @@ def table(
         return
     if not rows:
         if empty:
-            click.echo(empty, err=True)
+            info(empty)
         return
     from tabulate import tabulate
 
