@@ -97,6 +97,57 @@ def run_exec(
     argv = proc.split_command(list(command) if not isinstance(command, str) else command, "CMD")
     rule = OncePer(once_per, tz) if once_per else None
 
+    # SIGTERM/SIGINT/SIGHUP from here on: while waiting for the lock, stop waiting;
+    # once it is held, stop the child's group gracefully and release the lock. (A
+    # KeyboardInterrupt between acquiring and starting would leave the lock to its TTL.)
+    sig = _Signals(grace_s)
+    with stop_signals(sig.on_signal, signals=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)):
+        return _run_exec(
+            rs, name, argv, rule, sig,
+            ttl_ms=ttl_ms, if_locked=if_locked, wait_timeout_ms=wait_timeout_ms,
+            timeout_ms=timeout_ms, on_lock_lost=on_lock_lost, grace_s=grace_s,
+            say=say, wait=wait, warn=warn,
+        )  # fmt: skip
+
+
+class _Signals:
+    """The signals `exec` received, and the child to pass them on to."""
+
+    def __init__(self, grace_s: float):
+        self.grace_s = grace_s
+        self.got: list[str] = []
+        self.child: proc.Child | None = None
+
+    def on_signal(self, name: str) -> None:
+        self.got.append(name)
+        child = self.child
+        if child is not None:
+            threading.Thread(
+                target=child.stop, args=(f"signal {name}", self.grace_s), daemon=True
+            ).start()
+
+    def status(self, default: int) -> int:
+        """Ctrl-C: exit 130 (interrupted), whatever the child made of it."""
+        return int(errors.ExitCode.INTERRUPTED) if "SIGINT" in self.got else default
+
+
+def _run_exec(
+    rs: Rsched,
+    name: str,
+    argv: list[str],
+    rule: OncePer | None,
+    sig: _Signals,
+    *,
+    ttl_ms: int,
+    if_locked: str,
+    wait_timeout_ms: int | None,
+    timeout_ms: int | None,
+    on_lock_lost: str,
+    grace_s: float,
+    say: Callable[[str], None],
+    wait: WaitPolicy | None,
+    warn: Callable[[str], None] | None,
+) -> ExecOutcome:
     k = rs.keys.lock(name)
     owner = new_owner_id()
     ident = rs.identity()
@@ -106,6 +157,10 @@ def run_exec(
     delay = 0.05
     fire_ms: int | None = None
     while True:
+        if sig.got:  # stopped while waiting for the lock: 130 for Ctrl-C, else 128 + signal
+            if "SIGINT" in sig.got:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + int(signal.Signals[sig.got[0]]))
         now = rs.now_ms()
         fire_ms = rule.tick_at(now) if rule else None
         keep = rule.keep_ms(now) if rule else 0
@@ -136,6 +191,12 @@ def run_exec(
         assert deadline is not None
         if time.monotonic() >= deadline:
             raise errors.LockHeld(note + f"; still held after waiting {wait_timeout_ms} ms")
+        if delay == 0.05:  # the first time round
+            say(
+                note
+                + "; waiting"
+                + (f" up to {wait_timeout_ms} ms" if wait_timeout_ms else " for it")
+            )
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 0.5)
 
@@ -162,6 +223,7 @@ def run_exec(
         if short:
             (warn or say)(f"rsched: warning: {short}; running the command anyway")
     child = proc.Child(argv, env=env)
+    sig.child = child
     lost = threading.Event()
 
     def on_lost(reason: str) -> None:
@@ -178,12 +240,10 @@ def run_exec(
 
     dog = Watchdog(renew, ttl_ms, on_lost=on_lost, name=f"rsched-exec-{name}").start()
 
-    def forward(name: str) -> None:  # SIGTERM/SIGINT/SIGHUP stop the child's group gracefully
-        threading.Thread(target=child.stop, args=(f"signal {name}", grace_s), daemon=True).start()
-
     try:
-        with stop_signals(forward, signals=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)):
-            result = child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
+        if sig.got:  # a signal came while the lock was being taken: do not start it
+            child.stop(f"signal {sig.got[0]}", grace_s)
+        result = child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
     finally:
         dog.stop()
     if lost.is_set():
@@ -212,7 +272,7 @@ def run_exec(
     _release_with_retry(rs, k.lock, k.history, owner, rec)
     note = result.stderr_tail if child.popen is None else ""  # could not even start it
     return ExecOutcome(
-        "ran", result.exit_code, result=outcome, token=token, fire_ms=fire_ms, note=note
+        "ran", sig.status(result.exit_code), result=outcome, token=token, fire_ms=fire_ms, note=note
     )
 
 

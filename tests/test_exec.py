@@ -231,3 +231,40 @@ def test_command_that_cannot_start(cli: Cli) -> None:
     r = cli("exec", "--lock", "nope", "--", "/nonexistent/program")
     assert r.returncode == 127 and "cannot start" in r.stderr
     assert cli.json("history", "nope")[0]["result"] == "failed"
+
+
+def test_sigint_exits_130_and_stops_the_child(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    """Ctrl-C on `exec`: the child's group is stopped, the lock released, exit 130
+    (interrupted), whatever status the child itself ends with."""
+    started = tmp_path / "started"
+    p = cli.spawn("exec", "--lock", "intr", "--", "sh", "-c", f"touch {started}; exec sleep 30")
+    wait_for(started.exists, what="the child running")
+    p.send_signal(signal.SIGINT)
+    assert p.wait(10) == 130
+    assert not rs.redis.exists(rs.keys.lock("intr").lock)
+    h = cli.json("history", "intr")
+    assert h[0]["result"] == "failed" and "SIGINT" in h[0]["error"]
+
+
+def test_a_signal_while_waiting_for_the_lock_stops_waiting(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    """SIGTERM / Ctrl-C while `exec --if-locked wait` waits: it stops waiting at once
+    (143 / 130), never runs the command and never takes the lock."""
+    started = tmp_path / "started"
+    holder = cli.spawn("exec", "--lock", "w8", "--", "sh", "-c", f"touch {started}; exec sleep 30")
+    wait_for(started.exists, what="the holder running")
+    marker = tmp_path / "ran"
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        err = tmp_path / f"waiter-{sig}.err"
+        with open(err, "w") as fh:
+            w = cli.spawn(
+                "-v", "exec", "--lock", "w8", "--if-locked", "wait", "--", "touch", str(marker),
+                stderr=fh,
+            )  # fmt: skip
+        wait_for(lambda: "; waiting for it" in err.read_text(), what="the waiter waiting")  # noqa: B023
+        w.send_signal(sig)
+        assert w.wait(10) == code, err.read_text()
+    assert not marker.exists()
+    holder.send_signal(signal.SIGTERM)
+    assert holder.wait(10) == 143
