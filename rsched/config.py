@@ -91,6 +91,31 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
 
 
+def strip_password(url: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user@host`` (for an environment
+    handed on to children: they get the address, not the secret)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ""
+    changed = False
+    if "password=" in parts.query:  # unix:///run/redis.sock?password=... (redis-py's form)
+        from urllib.parse import parse_qsl, urlencode
+
+        q = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
+        parts, changed = parts._replace(query=urlencode(q)), True
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[-1]
+        user = parts.username or ""
+        parts, changed = parts._replace(netloc=f"{user}@{host}" if user else host), True
+    if not changed:
+        return url
+    out = urlunsplit(parts)
+    if not parts.netloc and url.startswith(f"{parts.scheme}://"):  # keep unix:///path
+        out = f"{parts.scheme}://" + out[len(parts.scheme) + 1 :]
+    return out
+
+
 @dataclass(frozen=True)
 class SentinelTarget:
     """Where a ``redis+sentinel://`` URL points: sentinels, service and database."""

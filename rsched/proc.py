@@ -497,8 +497,18 @@ def run(
     return Child(argv, env=env, stdin_data=stdin_data, cwd=cwd).wait(timeout_s, grace_s)
 
 
+#: rsched's own secrets: never handed to a handler or job.
+_SECRET_ENV = ("RSCHED_REDIS_PASSWORD", "RSCHED_SENTINEL_PASSWORD")
+
+
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
-    """The child's environment: ours, minus rsched's secrets, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RSCHED_REDIS_PASSWORD",)}
+    """The child's environment: ours, minus rsched's secrets (its password
+    variables, and the password inside ``RSCHED_REDIS_URL``), plus ``extra``.
+    ``REDIS_URL`` is left alone: it is a common convention the job may use itself."""
+    from rsched.config import strip_password
+
+    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    if "RSCHED_REDIS_URL" in env:
+        env["RSCHED_REDIS_URL"] = strip_password(env["RSCHED_REDIS_URL"])
     env.update(extra)
     return env
