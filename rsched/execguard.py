@@ -48,6 +48,13 @@ class OncePer:
     def __init__(self, text: str, tz: str = "UTC"):
         self.text = text
         self.every_ms = cronexpr.parse_every(text)
+        if self.every_ms and tz not in ("UTC", "Etc/UTC", "Z"):
+            raise errors.BadInput(
+                "--tz",
+                f"{tz!r} does not apply to --once-per {text} (a duration: its ticks are "
+                "multiples of it since the Unix epoch, UTC); give a cron expression with "
+                "--tz, like --once-per '0 * * * *' --tz " + tz,
+            )
         self.schedule = None if self.every_ms else cronexpr.parse(text, tz, field="--once-per")
 
     def tick_at(self, now_ms: int) -> int:

@@ -268,3 +268,15 @@ def test_a_signal_while_waiting_for_the_lock_stops_waiting(
     assert not marker.exists()
     holder.send_signal(signal.SIGTERM)
     assert holder.wait(10) == 143
+
+
+def test_once_per_duration_refuses_a_time_zone(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    r = cli("exec", "--lock", "tzd", "--once-per", "1h", "--tz", "Asia/Kolkata", "--",
+            "touch", str(marker), check=2)  # fmt: skip
+    assert "--tz" in r.stderr and "cron expression" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not marker.exists() and not rs.redis.keys(f"{rs.namespace}:*")
+    cli("exec", "--lock", "tzd", "--once-per", "0 * * * *", "--tz", "Asia/Kolkata", "--",
+        "touch", str(marker), check=0)  # fmt: skip
+    assert marker.exists()
