@@ -28,7 +28,9 @@ Locks (label ``lock``)::
     rsched_lock_held                     1 while held
     rsched_lock_ttl_seconds              time left on the lease
 
-plus ``rsched_up`` (1) and ``rsched_scrape_duration_seconds``.
+plus ``rsched_up`` (1) and ``rsched_scrape_duration_seconds``. When Redis cannot
+be read, ``rsched metrics`` writes :func:`down_exposition` instead: ``rsched_up 0``
+and nothing else (no stale depth or lag for the textfile collector to keep serving).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
 
 INSTALL_HINT = "prometheus_client is not installed: pip install 'rsched[metrics]'"
+UP_HELP = "1 when rsched could read its state from Redis."
+#: The JSON samples of :func:`down_exposition`.
+DOWN_SAMPLES: list[dict[str, Any]] = [{"name": "rsched_up", "labels": {}, "value": 0.0}]
 
 
 def _prom() -> Any:
@@ -77,7 +82,7 @@ class RschedCollector:
         yield from self._queues(core)
         yield from self._crons(core)
         yield from self._locks(core)
-        up = core.GaugeMetricFamily("rsched_up", "1 when rsched could read its state from Redis.")
+        up = core.GaugeMetricFamily("rsched_up", UP_HELP)
         up.add_metric([], 1)
         yield up
         took = core.GaugeMetricFamily(
@@ -245,6 +250,21 @@ def registry(rs: Rsched) -> Any:
 def exposition(rs: Rsched) -> str:
     """The metrics in Prometheus text format."""
     return _prom().generate_latest(registry(rs)).decode("utf-8")
+
+
+def samples(rs: Rsched) -> list[dict[str, Any]]:
+    """The same metrics as JSON-ready samples: ``{"name", "labels", "value"}``."""
+    return [
+        {"name": s.name, "labels": dict(s.labels), "value": s.value}
+        for fam in registry(rs).collect()
+        for s in fam.samples
+    ]
+
+
+def down_exposition() -> str:
+    """``rsched_up 0`` alone, in the text format (written by hand: it must not
+    need prometheus_client, whose absence is one of the failures it reports)."""
+    return f"# HELP rsched_up {UP_HELP}\n# TYPE rsched_up gauge\nrsched_up 0.0\n"
 
 
 def serve(rs: Rsched, port: int, addr: str = "127.0.0.1") -> Any:

@@ -178,3 +178,39 @@ def test_lock_holders(rs: Rsched) -> None:
         assert ttl is not None and 0 < ttl <= 30
     text = exposition(rs)
     assert value(text, "rsched_lock_held", lock="nightly") == 0
+
+
+def test_unreachable_redis_writes_rsched_up_0(cli: Cli, tmp_path: Path) -> None:
+    """The textfile collector must not keep serving the last good file as "up"."""
+    from tests.support import free_port
+
+    cli("add", "t", "1", check=0)
+    target = tmp_path / "rsched.prom"
+    cli("metrics", "-o", str(target), check=0)
+    assert value(target.read_text(), "rsched_up") == 1
+    down = {"RSCHED_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}  # nobody listens
+    res = cli("metrics", "-o", str(target), env=down)
+    assert res.returncode == 69 and res.stdout == ""
+    [line] = res.stderr.splitlines()
+    assert line.startswith("rsched: error: ")
+    # Only rsched_up 0: no queue depth, lag or run counter left over from the last scrape.
+    assert samples(target.read_text()) == {("rsched_up", frozenset()): 0}
+    assert [p.name for p in tmp_path.iterdir()] == ["rsched.prom"]  # no temp file left
+    # On stdout the same: the scrape says "down" instead of saying nothing.
+    res = cli("metrics", env=down)
+    assert res.returncode == 69 and samples(res.stdout) == {("rsched_up", frozenset()): 0}
+    res = cli("metrics", "--json", env=down)
+    assert res.returncode == 69
+    assert json.loads(res.stdout) == [{"name": "rsched_up", "labels": {}, "value": 0}]
+
+
+def test_json_samples(cli: Cli) -> None:
+    cli("add", "t", "1", check=0)
+    for args in (["metrics", "--json"], ["--json", "metrics"]):
+        rows = cli(*args, check=0).stdout
+        got = {(r["name"], frozenset(r["labels"].items())): r["value"] for r in json.loads(rows)}
+        assert got[("rsched_up", frozenset())] == 1
+        assert (
+            got[("rsched_queue_tasks", frozenset({"queue": "default", "state": "due"}.items()))]
+            == 1
+        )

@@ -153,13 +153,20 @@ def server_start(
 
 @server.command("stop")
 @_dir_option
+@output_options
 @pass_app
 def server_stop(app: App, dir_: str | None) -> None:
-    """Stop the server running from DIR (SIGTERM: it fsyncs and exits cleanly)."""
+    """Stop the server running from DIR (SIGTERM: it fsyncs and exits cleanly).
+
+    With --json: {"stopped": BOOL, "pid": N or null}.
+    """
     from rsched import server as srv
 
     pid = srv.stop(dir_)
-    app.info(f"rsched: stopped server pid {pid}" if pid else "rsched: no server was running")
+    if app.json:
+        record({"stopped": pid is not None, "pid": pid}, "json")
+    else:
+        app.info(f"rsched: stopped server pid {pid}" if pid else "rsched: no server was running")
 
 
 @server.command("status")
@@ -247,6 +254,7 @@ def doctor(app: App) -> None:
     help="Write to FILE atomically (temp file + rename), e.g. "
     "/var/lib/node_exporter/textfile/rsched.prom, instead of stdout.",
 )
+@output_options
 @pass_app
 def metrics(app: App, output: str | None) -> None:
     """Print Prometheus metrics: queue depth by state, lag, consumers, runs and failures.
@@ -256,11 +264,30 @@ def metrics(app: App, output: str | None) -> None:
     rsched_queue_consumers, rsched_task_runs_total{queue,type,result},
     rsched_task_dead_total, rsched_cron_runs_total{cron,result},
     rsched_cron_lateness_seconds, rsched_lock_held and more. Needs
-    prometheus_client (pip install 'rsched[metrics]').
-    """
-    from rsched.metrics import exposition
+    prometheus_client (pip install 'rsched[metrics]'). With --json: an array
+    of {"name", "labels", "value"} samples.
 
-    text = exposition(app.rs)
+    When Redis cannot be read the output (or FILE, replaced atomically) holds
+    only rsched_up 0, and the exit status is 69: a textfile collector never
+    keeps serving the last good values as if rsched were up.
+    """
+    from rsched import metrics as m
+    from rsched.cli.render import dumps
+
+    try:
+        text = dumps(m.samples(app.rs)) + "\n" if app.json else m.exposition(app.rs)
+    except Exception:
+        down = dumps(m.DOWN_SAMPLES) + "\n" if app.json else m.down_exposition()
+        try:
+            _deliver(down, output)
+        except OSError as exc:  # the error that brought us here is the one to report
+            app.debug(f"rsched: metrics: could not write rsched_up 0 to {output}: {exc}")
+        raise
+    _deliver(text, output)
+
+
+def _deliver(text: str, output: str | None) -> None:
+    """``text`` on stdout, or into ``output`` atomically (temp file + rename)."""
     if not output:
         click.echo(text, nl=False)
         return
