@@ -909,20 +909,24 @@ def dead_tasks(rs: Rsched, queue: str | None = None, limit: int = 100) -> list[T
     return out[:limit]
 
 
-def pause(rs: Rsched, queue: str) -> None:
+def pause(rs: Rsched, queue: str) -> bool:
+    """Pause ``queue``'s consumers; returns whether the queue was known before."""
     validate.queue(queue)
     pipe = rs.redis.pipeline(transaction=False)
     pipe.sadd(rs.keys.queues, queue)
     for name in P.names(rs, queue):
         pipe.set(rs.keys.queue(name).paused, "1")
-    _exec(pipe)
+    return not int(_exec(pipe)[0])
 
 
-def resume(rs: Rsched, queue: str) -> None:
+def resume(rs: Rsched, queue: str) -> bool:
+    """Resume ``queue``; returns whether it was paused."""
     validate.queue(queue)
+    was = False
     for name in P.names(rs, queue):
         q = rs.keys.queue(name)
         pipe = rs.redis.pipeline(transaction=True)
         pipe.delete(q.paused)
         pipe.zadd(q.wake, {"w": 0})
-        _exec(pipe)
+        was = bool(int(_exec(pipe)[0])) or was
+    return was

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -109,6 +110,25 @@ def test_cli_locks_and_unlock(cli: Cli, rs: Rsched) -> None:
     cli("unlock", "cli-lock", "--token", str(tok), check=0)
     assert cli("unlock", "cli-lock", "--force").returncode == 3
     assert cli("unlock", "bad name!", "--force").returncode == 2
+
+
+def test_cli_unlock_json_and_messages_name_the_lock(cli: Cli, rs: Rsched) -> None:
+    tok = Lock(rs, "j-lock", ttl_ms=10_000, watchdog=False).acquire()
+    res = cli("unlock", "j-lock", "--token", str(tok + 1))
+    assert res.returncode == 4
+    assert res.stderr == (
+        f'rsched: error: lock "j-lock" is held with fencing token {tok}, not {tok + 1}\n'
+    )
+    res = cli("unlock", "j-lock", "--token", str(tok), "--json", check=0)
+    assert json.loads(res.stdout) == {"name": "j-lock", "released": True, "token": tok}
+    assert res.stderr == ""
+    res = cli("unlock", "j-lock", "--force")
+    assert res.returncode == 3 and res.stderr == 'rsched: error: no lock "j-lock" is held\n'
+    tok = Lock(rs, "j-lock", ttl_ms=10_000, watchdog=False).acquire()
+    res = cli("--format", "json", "unlock", "j-lock", "--force", check=0)  # the global option too
+    assert json.loads(res.stdout) == {"name": "j-lock", "released": True, "token": tok}
+    res = cli("unlock", "j-lock", "--force", "--format", "plain")
+    assert res.returncode == 3
 
 
 WORKER = """

@@ -207,6 +207,64 @@ def test_quiet_silences_the_nothing_to_show_notes(cli: Cli, args: list[str], not
     assert cli("-q", *args, "--json", check=0).stdout == "[]\n"
 
 
+def test_pause_and_resume_json(cli: Cli, rs: Rsched) -> None:
+    res = cli("pause", "zz", "--json", check=0)  # --json after the command, as scripts write it
+    assert json.loads(res.stdout) == {"name": "zz", "paused": True, "known": False}
+    assert res.stderr == ""
+    assert json.loads(cli("--json", "resume", "zz", check=0).stdout) == {
+        "name": "zz",
+        "paused": False,
+        "was_paused": True,
+    }
+    res = cli("resume", "zz", "--format", "json", check=0)
+    assert json.loads(res.stdout)["was_paused"] is False
+    assert json.loads(cli("pause", "--queue", "mail", "--json", check=0).stdout) == {
+        "queue": "mail",
+        "paused": True,
+        "known": False,
+    }
+    assert rs.redis.exists(rs.keys.queue("mail").paused)
+    assert json.loads(cli("pause", "--queue", "mail", "--json", check=0).stdout)["known"] is True
+    assert json.loads(cli("resume", "--queue", "mail", "--json", check=0).stdout) == {
+        "queue": "mail",
+        "paused": False,
+        "was_paused": True,
+    }
+    assert not rs.redis.exists(rs.keys.queue("mail").paused)
+    res = cli("resume", "--queue", "mail", check=0)  # text: a note on stderr, -q silences it
+    assert res.stdout == "" and res.stderr == 'queue "mail" was not paused\n'
+    assert cli("-q", "resume", "--queue", "mail", check=0).stderr == ""
+
+
+#: Commands whose own options are not --format/--json yet (their output is a child's
+#: or a loop's log; `--log-format json` is theirs). Everything else takes both.
+NO_OUTPUT_OPTIONS = {"exec", "run consumer", "run cron", "run expired"}
+
+
+def test_every_command_takes_format_and_json_after_it() -> None:
+    import click
+
+    from rsched.cli.main import cli as group
+
+    def walk(cmd: click.Command, path: list[str]) -> list[tuple[str, click.Command]]:
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            out = [(" ".join(path), cmd)] if path and cmd.invoke_without_command else []
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None
+                out += walk(sub, [*path, name])
+            return out
+        return [(" ".join(path), cmd)]
+
+    missing = []
+    for name, cmd in walk(group, []):
+        opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        if not {"--json", "--format"} <= opts and name not in NO_OUTPUT_OPTIONS:
+            missing.append(name)
+    assert missing == []
+
+
 def test_cancel_and_show_absent_exit_3(cli: Cli) -> None:
     assert cli("cancel", "t", "404").returncode == 3
     assert cli("show", "t", "404").returncode == 3

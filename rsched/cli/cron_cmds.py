@@ -11,7 +11,7 @@ import click
 
 from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
-from rsched.cli.render import record, table
+from rsched.cli.render import emit_json, record, table
 from rsched.errors import BadInput, ConfigError
 from rsched.timeutil import human_duration, parse_duration, show
 
@@ -323,15 +323,34 @@ def locks(app: App, pattern: str | None) -> None:
     help="The fencing token shown by `rsched locks` (safe: fails if it changed).",
 )
 @click.option("--force", is_flag=True, help="Release whoever holds it.")
+@output_options
 @pass_app
 def unlock(app: App, name: str, token: str | None, force: bool) -> None:
-    """Release a lock (or a cron's run lock). Exit 3 if not held, 4 if the token differs."""
+    """Release a lock (or a cron's run lock). Exit 3 if not held, 4 if the token differs.
+
+    With --json: {"name": NAME, "released": true, "token": N} (the released fencing token).
+    """
+    from rsched.errors import Conflict, NotFound
     from rsched.locks import unlock as do_unlock
 
     if token and force:
         raise BadInput("--force", "give either --token or --force, not both")
-    tok = do_unlock(app.rs, name, token, force)
-    app.info(f"released lock {name!r} (fencing token {tok})")
+    try:
+        tok = do_unlock(app.rs, name, token, force)
+    except NotFound:
+        raise NotFound(f'no lock "{name}" is held') from None
+    except Conflict as exc:
+        text = str(exc)
+        text = (
+            f'lock "{name}"{text[len("the lock") :]}'
+            if text.startswith("the lock ")
+            else f'lock "{name}": {text}'
+        )
+        raise Conflict(text) from None
+    if app.json:
+        emit_json({"name": name, "released": True, "token": tok})
+    else:
+        app.info(f'released lock "{name}" (fencing token {tok})')
 
 
 # --- crons / pause / resume -----------------------------------------------------------------
@@ -372,38 +391,61 @@ def _pause_resume(app: App, name: str | None, queue: str | None, pausing: bool) 
     if queue is not None:
         from rsched import tasks
 
-        (tasks.pause if pausing else tasks.resume)(rs, queue)
-        app.info(f"queue {queue!r} {'paused' if pausing else 'resumed'}")
-        return
-    from rsched import cron
-
-    assert name is not None
-    if pausing:
-        known = cron.pause(rs, name)
-        app.info(
-            f"cron {name!r} paused: its ticks are recorded as skipped"
-            + ("" if known else " (no runner has registered it yet)")
-        )
+        if pausing:
+            known = tasks.pause(rs, queue)
+            obj: dict[str, Any] = {"queue": queue, "paused": True, "known": known}
+            note = f'queue "{queue}" paused' + (
+                "" if known else " (a new queue: no task was added to it yet)"
+            )
+        else:
+            was = tasks.resume(rs, queue)
+            obj = {"queue": queue, "paused": False, "was_paused": was}
+            note = f'queue "{queue}" resumed' if was else f'queue "{queue}" was not paused'
     else:
-        was = cron.resume(rs, name)
-        app.info(f"cron {name!r} resumed" if was else f"cron {name!r} was not paused")
+        from rsched import cron
+
+        assert name is not None
+        if pausing:
+            known = cron.pause(rs, name)
+            obj = {"name": name, "paused": True, "known": known}
+            note = f'cron "{name}" paused: its ticks are recorded as skipped' + (
+                "" if known else " (no runner has registered it yet)"
+            )
+        else:
+            was = cron.resume(rs, name)
+            obj = {"name": name, "paused": False, "was_paused": was}
+            note = f'cron "{name}" resumed' if was else f'cron "{name}" was not paused'
+    if app.json:
+        emit_json(obj)
+    else:
+        app.info(note)
 
 
 @click.command("pause")
 @click.argument("name", required=False)
 @click.option("--queue", metavar="Q", help="Pause a queue's consumers instead of a cron.")
+@output_options
 @pass_app
 def pause(app: App, name: str | None, queue: str | None) -> None:
-    """The emergency switch: a paused cron records its ticks as skipped; a paused queue is not consumed."""
+    """The emergency switch: a paused cron records its ticks as skipped; a paused queue is not consumed.
+
+    With --json: {"name": NAME, "paused": true, "known": BOOL} ("queue" instead of
+    "name" with --queue; known: whether a runner registered the cron, or the queue existed).
+    """
     _pause_resume(app, name, queue, True)
 
 
 @click.command("resume")
 @click.argument("name", required=False)
 @click.option("--queue", metavar="Q", help="Resume a queue instead of a cron.")
+@output_options
 @pass_app
 def resume(app: App, name: str | None, queue: str | None) -> None:
-    """Undo `rsched pause`."""
+    """Undo `rsched pause`.
+
+    With --json: {"name": NAME, "paused": false, "was_paused": BOOL} ("queue" instead
+    of "name" with --queue).
+    """
     _pause_resume(app, name, queue, False)
 
 
