@@ -316,9 +316,31 @@ def _log_tail(inst: Instance, n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
+def _start_failure(inst: Instance, rc: int, offset: int = 0) -> str:
+    """One line for a server that exited at start (its log from ``offset`` on: the log
+    is appended to across starts): the cause when we know it."""
+    try:
+        with open(inst.log, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    if "Address already in use" in text:
+        return (
+            f"port {inst.port} on 127.0.0.1 is already in use (another Redis?): use it "
+            "with --redis-url, or start this one on another port (--port N, or --port 0 "
+            f"for any free one); log: {inst.log}"
+        )
+    for line in reversed(text.splitlines()):
+        if "# " in line and ("FATAL" in line or "Fatal" in line or "error" in line.lower()):
+            return f"{inst.binary} exited with status {rc} at start: {line.split('# ', 1)[1]}"
+    return f"{inst.binary} exited with status {rc} at start: {_log_tail(inst) or 'see ' + str(inst.log)}"
+
+
 def start_daemon(inst: Instance, timeout: float = 30.0) -> Instance:
     """Start the server in the background; return once it answers PING (pid set)."""
     with open(os.devnull, "rb") as devnull, open(inst.log, "ab") as log:
+        offset = log.tell()
         proc = subprocess.Popen(
             [inst.binary, str(inst.conf)],
             stdin=devnull,
@@ -331,10 +353,7 @@ def start_daemon(inst: Instance, timeout: float = 30.0) -> Instance:
     while True:
         rc = proc.poll()
         if rc is not None:
-            raise RschedError(
-                f"{inst.binary} exited with status {rc} at start: "
-                f"{_log_tail(inst) or 'see ' + str(inst.log)}"
-            )
+            raise RschedError(_start_failure(inst, rc, offset))
         if inst.ping() and _read_pid(inst.pidfile) == proc.pid:
             inst.pid = proc.pid
             return inst

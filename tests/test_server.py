@@ -257,3 +257,19 @@ def test_foreground_under_systemd_notify(sdir: Path, flavour: str) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_port_in_use_says_so_in_one_line(sdir: Path) -> None:
+    """A port another server holds: one line naming the port and the ways out,
+    not the server's whole log."""
+    from tests.support import RedisServer
+
+    other = RedisServer().start()
+    try:
+        r = run("server", "start", "--daemon", "--dir", str(sdir), "--port", str(other.port))
+    finally:
+        other.stop()
+    assert r.returncode == 1, r
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"port {other.port}" in err and "already in use" in err and "--port 0" in err, err
