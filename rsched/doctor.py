@@ -31,43 +31,84 @@ CLOCK_WARN_MS = 1000
 #: Median PING round trip above which doctor warns.
 LATENCY_WARN_MS = 50.0
 
-#: Commands rsched sends (directly or from its Lua scripts), with example arguments.
-#: ``K`` is replaced by a key in the namespace. Checked by queueing each one in a
-#: MULTI that is then DISCARDed: the server applies ACLs at queue time, so nothing
-#: runs and nothing is written.
-NEEDED: list[tuple[str, ...]] = [
-    ("EVALSHA", "0" * 40, "1", "K"),
-    ("EVAL", "return 1", "1", "K"),
-    ("SCRIPT", "LOAD", "return 1"),
-    ("TIME",),
-    ("PING",),
-    ("ZADD", "K", "1", "m"),
-    ("ZREM", "K", "m"),
-    ("ZRANGE", "K", "0", "0"),
-    ("ZRANGEBYSCORE", "K", "-inf", "+inf"),
-    ("ZCARD", "K"),
-    ("ZCOUNT", "K", "-inf", "+inf"),
-    ("ZSCORE", "K", "m"),
-    ("BZPOPMIN", "K", "0.01"),
-    ("HSET", "K", "f", "v"),
-    ("HGET", "K", "f"),
-    ("HMGET", "K", "f"),
-    ("HGETALL", "K"),
-    ("HINCRBY", "K", "f", "1"),
-    ("HDEL", "K", "f"),
-    ("XADD", "K", "*", "f", "v"),
-    ("XREVRANGE", "K", "+", "-", "COUNT", "1"),
-    ("SET", "K", "v"),
-    ("GET", "K"),
-    ("INCR", "K"),
-    ("DEL", "K"),
-    ("EXISTS", "K"),
-    ("PTTL", "K"),
-    ("PEXPIRE", "K", "1000"),
-    ("SADD", "K", "m"),
-    ("SMEMBERS", "K"),
-    ("SCAN", "0", "MATCH", "K", "COUNT", "10"),
-]
+#: The least-privilege grant: every command rsched sends for add, cancel, list, show,
+#: queues, requeue-stale, dead/retry/purge, run consumer, run cron, exec, locks, crons,
+#: pause/resume, history and metrics (directly, from redis-py, or from its Lua scripts in
+#: rsched/lua), in the order of the README's "Least-privilege ACL user" line, each with the
+#: arguments doctor probes it with (``K``: a key in the namespace). ``None``: granted but
+#: not probed. ``multi``/``exec`` are probed by the transaction the others are queued in;
+#: ``select`` only matters for a database other than 0 in the URL; ``script|load``,
+#: ``script|exists`` and ``xrange`` are part of the documented grant, but no command
+#: needs them (scripts go as EVALSHA, then EVAL on NOSCRIPT), so a user without them
+#: is not failed. This is the one list: :func:`acl_setuser` prints the grant from it.
+ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
+    ("ping", ("PING",)),
+    ("time", ("TIME",)),
+    ("select", None),
+    ("evalsha", ("EVALSHA", "0" * 40, "1", "K")),
+    ("eval", ("EVAL", "return 1", "1", "K")),
+    ("script|load", None),
+    ("script|exists", None),
+    ("multi", None),
+    ("exec", None),
+    ("scan", ("SCAN", "0", "MATCH", "K", "COUNT", "10")),
+    ("bzpopmin", ("BZPOPMIN", "K", "0.01")),
+    ("type", ("TYPE", "K")),
+    ("exists", ("EXISTS", "K")),
+    ("del", ("DEL", "K")),
+    ("set", ("SET", "K", "v")),
+    ("incr", ("INCR", "K")),
+    ("incrby", ("INCRBY", "K", "1")),
+    ("pexpire", ("PEXPIRE", "K", "1000")),
+    ("pttl", ("PTTL", "K")),
+    ("zadd", ("ZADD", "K", "1", "m")),
+    ("zrem", ("ZREM", "K", "m")),
+    ("zcard", ("ZCARD", "K")),
+    ("zcount", ("ZCOUNT", "K", "-inf", "+inf")),
+    ("zscore", ("ZSCORE", "K", "m")),
+    ("zmscore", ("ZMSCORE", "K", "m")),
+    ("zrange", ("ZRANGE", "K", "0", "0")),
+    ("zrangebyscore", ("ZRANGEBYSCORE", "K", "-inf", "+inf")),
+    ("zremrangebyscore", ("ZREMRANGEBYSCORE", "K", "-inf", "-inf")),
+    ("hget", ("HGET", "K", "f")),
+    ("hmget", ("HMGET", "K", "f")),
+    ("hgetall", ("HGETALL", "K")),
+    ("hexists", ("HEXISTS", "K", "f")),
+    ("hset", ("HSET", "K", "f", "v")),
+    ("hsetnx", ("HSETNX", "K", "f", "v")),
+    ("hdel", ("HDEL", "K", "f")),
+    ("hincrby", ("HINCRBY", "K", "f", "1")),
+    ("sadd", ("SADD", "K", "m")),
+    ("sismember", ("SISMEMBER", "K", "m")),
+    ("smembers", ("SMEMBERS", "K")),
+    ("xadd", ("XADD", "K", "*", "f", "v")),
+    ("xrange", None),
+    ("xrevrange", ("XREVRANGE", "K", "+", "-", "COUNT", "1")),
+)
+#: The commands of the least-privilege grant, in the README's order.
+ACL_COMMANDS: tuple[str, ...] = tuple(name for name, _ in ACL_GRANT)
+#: Granted only when used (README): ``wait`` with --wait-replicas / redis.wait_replicas
+#: (doctor probes it then); ``info`` and ``config|get`` only for doctor itself, which says
+#: "could not verify" for the checks they would answer.
+ACL_OPTIONAL: tuple[str, ...] = ("wait", "info", "config|get")
+
+
+def acl_setuser(
+    user: str = "rsched", namespace: str = "rsched", password: str = "CHANGE-ME"
+) -> str:
+    """The README's least-privilege ``ACL SETUSER`` line for ``user`` and ``namespace``."""
+    rules = " ".join(f"+{c}" for c in ACL_COMMANDS)
+    return f"ACL SETUSER {user} reset on >{password} ~{namespace}:* resetchannels -@all {rules}"
+
+
+def _label(acl_name: str) -> str:
+    return acl_name.replace("|", " ").upper()
+
+
+#: The unknown command queued first in doctor's probe transaction: the server refuses it,
+#: which marks the transaction so that EXEC aborts it (EXECABORT) without running
+#: anything. Neither DISCARD (not in the grant) nor a closed connection is needed.
+_ABORT = "RSCHED-DOCTOR-ABORT"
 
 
 @dataclass
@@ -102,6 +143,27 @@ def _call(fn: Callable[[], Any]) -> Any:
         raise
 
 
+def _is_noperm(exc: Exception) -> bool:
+    msg = str(exc)
+    return (
+        isinstance(exc, redis.exceptions.NoPermissionError)
+        or msg.startswith("NOPERM")
+        or "no permissions" in msg.lower()
+    )
+
+
+def _classify(acl_name: str, msg: str, denied: list[str], keys_denied: list[str]) -> None:
+    """File one refusal (a NOPERM error or an ACL DRYRUN reply) under commands or keys;
+    other errors (a wrong argument on some server version) are not ACL refusals."""
+    low = msg.lower()
+    if not (msg.startswith("NOPERM") or "no permissions" in low or "permission" in low):
+        return
+    if "key" in low and "command" not in low:
+        keys_denied.append(_label(acl_name))
+    else:
+        denied.append(_label(acl_name))
+
+
 def _unverified(name: str, what: str, exc: _Denied) -> Check:
     return Check(name, WARN, f"could not verify: {what} denied by the server ({exc})")
 
@@ -114,10 +176,17 @@ class Doctor:
         client: redis.Redis,
         namespace: str = "rsched",
         settings_file: dict[str, Any] | None = None,
+        *,
+        username: str | None = None,
+        wait_replicas: bool = False,
     ):
         self.r = client
         self.ns = namespace
         self.file = settings_file or {}
+        #: The ACL user when the client's connections do not say (they normally do).
+        self.username = username
+        #: Whether rsched is configured to WAIT for replicas (then it needs +wait).
+        self.wait_replicas = wait_replicas
         self._info: dict[str, dict[str, Any] | _Denied] = {}
         self._config: dict[str, str | _Denied] = {}
 
@@ -415,56 +484,69 @@ class Doctor:
             )
         return Check(name, PASS, detail)
 
+    def _acl_user(self, pool: Any) -> str:
+        """The user doctor logged in as: from the URL or ``redis.username`` (what the
+        connections authenticate with; ``ACL WHOAMI`` is not in the grant), else the
+        ``default`` user."""
+        kwargs = getattr(pool, "connection_kwargs", None) or {}
+        return str(kwargs.get("username") or self.username or "default")
+
+    def _acl_probes(self, pool: Any, key: str) -> list[tuple[str, list[str]]]:
+        probes = [
+            (name, [key if a == "K" else a for a in args])
+            for name, args in ACL_GRANT
+            if args is not None
+        ]
+        db = int((getattr(pool, "connection_kwargs", None) or {}).get("db") or 0)
+        if db:
+            probes.insert(2, ("select", ["SELECT", str(db)]))
+        if self.wait_replicas:
+            probes.append(("wait", ["WAIT", "0", "0"]))
+        return probes
+
     def acl(self) -> Check:
+        """Whether the user may run every command rsched needs on its keys, checked
+        without running any: the commands are queued in a MULTI that EXEC then aborts
+        (the server applies ACLs when it queues), or, when MULTI is refused, asked of
+        ``ACL DRYRUN`` (Redis >= 7). The probe connection never goes back to the pool
+        still in a transaction."""
         name = "acl"
-        try:
-            user = str(_call(lambda: self.r.execute_command("ACL", "WHOAMI")))
-        except _Denied:
-            user = "(unknown user)"
-        except redis.ResponseError:
-            user = "(no ACLs)"
         key = f"{self.ns}:{{q:__doctor__}}:probe"
         if is_cluster(self.r):  # the probe key's primary
             rc: Any = self.r
             pool = rc.get_redis_connection(rc.get_node_from_key(key)).connection_pool
         else:
             pool = self.r.connection_pool
+        user = self._acl_user(pool)
+        probes = self._acl_probes(pool, key)
         conn = pool.get_connection()
-        denied: list[str] = []
-        keys_denied: list[str] = []
+        clean = False  # True once the connection is known not to be in a transaction
         try:
-            conn.send_command("MULTI")
-            try:
-                conn.read_response()
-            except redis.ResponseError as exc:
-                return Check(
-                    name, WARN, f"could not verify the permissions of {user}: MULTI denied ({exc})"
-                )
-            try:
-                for cmd in NEEDED:
-                    args = [key if a == "K" else a for a in cmd]
-                    conn.send_command(*args)
-                    try:
-                        conn.read_response()
-                    except redis.ResponseError as exc:
-                        msg = str(exc)
-                        if "NOPERM" in msg or "no permissions" in msg.lower():
-                            label = " ".join(cmd[:2]) if cmd[0] == "SCRIPT" else cmd[0]
-                            if "key" in msg and "command" not in msg:
-                                keys_denied.append(label)
-                            else:
-                                denied.append(label)
-            finally:
-                conn.send_command("DISCARD")
-                try:
-                    conn.read_response()
-                except redis.ResponseError:
-                    pass
-        except redis.RedisError:
-            conn.disconnect()
-            raise
+            multi_denied, clean, result = self._acl_by_multi(conn, probes)
+            if result is None and clean:
+                clean = False  # replies may be left unread if this is cut short
+                result = self._acl_by_dryrun(conn, user, probes)
+                clean = True
         finally:
+            if not clean:
+                conn.disconnect()  # never hand the pool a connection stuck in MULTI
             pool.release(conn)
+        if result is None:  # neither MULTI nor ACL DRYRUN
+            if multi_denied is not None and _is_noperm(multi_denied):
+                return Check(
+                    name,
+                    FAIL,
+                    f"user {user} may not run MULTI (rsched pause/resume --queue needs it); "
+                    f"could not verify the other commands: ACL DRYRUN denied too; grant "
+                    f"what the README's least-privilege user has: {self._grant(user)}",
+                )
+            return Check(
+                name,
+                WARN,
+                f"could not verify the permissions of user {user}: MULTI and ACL DRYRUN "
+                f"denied by the server ({multi_denied})",
+            )
+        denied, keys_denied = result
         if denied or keys_denied:
             parts = []
             if denied:
@@ -474,15 +556,94 @@ class Doctor:
             return Check(
                 name,
                 FAIL,
-                f"user {user} {' and '.join(parts)}; grant e.g. "
-                f"ACL SETUSER {user} ~{self.ns}:* +@read +@write +@scripting "
-                "+@connection +@transaction +time",
+                f"user {user} {' and '.join(parts)}; grant what the README's "
+                f"least-privilege user has: {self._grant(user)}",
             )
         return Check(
             name,
             PASS,
-            f"user {user} may run the {len(NEEDED)} commands rsched uses on {self.ns}:* keys",
+            f"user {user} may run the {len(probes) + 2} commands rsched uses on {self.ns}:* keys",
         )
+
+    def _grant(self, user: str) -> str:
+        line = acl_setuser(user, self.ns)
+        if self.wait_replicas:
+            line += " +wait"
+        return line + " (with the real password instead of CHANGE-ME)"
+
+    def _acl_by_multi(
+        self, conn: Any, probes: list[tuple[str, list[str]]]
+    ) -> tuple[Exception | None, bool, tuple[list[str], list[str]] | None]:
+        """Queue every probe in a transaction that cannot run. Returns (MULTI's error,
+        whether the connection is out of the transaction, (denied, keys denied) or None
+        when MULTI was refused)."""
+        conn.send_command("MULTI")
+        conn.send_command(_ABORT)
+        try:
+            conn.read_response()
+        except redis.ResponseError as exc:
+            try:
+                conn.read_response()  # the unknown command, refused outside a MULTI too
+            except redis.ResponseError:
+                return exc, True, None
+            raise redis.ResponseError(  # pragma: no cover - a server that ran it
+                "the server ran an unknown command"
+            ) from None
+        try:
+            conn.read_response()
+        except redis.ResponseError:
+            pass  # refused: the transaction is now marked so that EXEC aborts it
+        else:  # pragma: no cover - a server that queued an unknown command
+            raise redis.ResponseError("the server queued an unknown command in a MULTI")
+        denied: list[str] = []
+        keys_denied: list[str] = []
+        # Only now the probes and EXEC, all sent at once and then read: one round trip.
+        for _, args in probes:
+            conn.send_command(*args)
+        conn.send_command("EXEC")
+        for acl_name, _ in probes:
+            try:
+                conn.read_response()
+            except redis.ResponseError as exc:
+                msg = str(exc)
+                if isinstance(exc, redis.exceptions.NoPermissionError):
+                    msg = "NOPERM " + msg  # redis-py strips the error code
+                _classify(acl_name, msg, denied, keys_denied)
+        try:
+            reply = conn.read_response()
+        except redis.ResponseError as exc:
+            # redis-py strips the EXECABORT code from the message; other clients may not
+            if isinstance(exc, redis.exceptions.ExecAbortError) or str(exc).startswith("EXECABORT"):
+                return None, True, (denied, keys_denied)
+            if _is_noperm(exc):
+                denied.append("EXEC")
+            return None, False, (denied, keys_denied)
+        # pragma: no cover - EXEC ran: impossible after an unknown command was queued
+        raise redis.ResponseError(f"doctor's probe transaction was not aborted: {reply!r}")
+
+    def _acl_by_dryrun(
+        self, conn: Any, user: str, probes: list[tuple[str, list[str]]]
+    ) -> tuple[list[str], list[str]] | None:
+        """``ACL DRYRUN user cmd args`` for each probe (Redis >= 7); None when the
+        server refuses ACL DRYRUN."""
+        denied: list[str] = []
+        keys_denied: list[str] = []
+        cmds = [("multi", ["MULTI"]), ("exec", ["EXEC"]), *probes]
+        for _, args in cmds:
+            conn.send_command("ACL", "DRYRUN", user, *args)
+        replies: list[Any] = []
+        for _ in cmds:
+            try:
+                replies.append(conn.read_response())
+            except redis.ResponseError as exc:
+                replies.append(exc)
+        for (acl_name, _), reply in zip(cmds, replies, strict=True):
+            if isinstance(reply, Exception):
+                return None  # ACL DRYRUN denied, unknown (Redis 6.2) or no such user
+            text = reply.decode() if isinstance(reply, bytes) else str(reply)
+            if text != "OK":
+                _classify(acl_name, text, denied, keys_denied)
+        return denied, keys_denied
 
     # --- all ------------------------------------------------------------------
     def is_sentinel(self) -> bool:
@@ -537,8 +698,14 @@ _NAMES = {
 
 def run_checks(rs: Rsched) -> list[Check]:
     """Every check, against the connection and namespace of ``rs``."""
-    file = rs.settings.file if rs.settings is not None else {}
-    return Doctor(rs.redis, rs.namespace, file).run()
+    st = rs.settings
+    return Doctor(
+        rs.redis,
+        rs.namespace,
+        st.file if st is not None else {},
+        username=st.username if st is not None else None,
+        wait_replicas=bool(st is not None and st.wait_replicas),
+    ).run()
 
 
 def startup_warnings(client: redis.Redis) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -10,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from rsched.doctor import Doctor, startup_warnings
+from rsched.client import Rsched
+from rsched.doctor import Doctor, acl_setuser, run_checks, startup_warnings
 from rsched.server import find_valkey
-from tests.support import RSCHED, Cli, RedisServer, free_port, wait_for
+from tests.support import ROOT, RSCHED, Cli, RedisServer, free_port, wait_for
 
 
 def checks(
@@ -143,6 +145,116 @@ def test_missing_acl_permission_fails(make_server, namespace: str) -> None:
         env={"RSCHED_REDIS_PASSWORD": "pw"},
     )
     assert rc == 1 and f"may not use the keys {namespace}:*" in c["acl"]["detail"]
+
+
+def readme_acl_line() -> str:
+    """The ``ACL SETUSER`` line of the README's "Least-privilege ACL user" section."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Least-privilege ACL user", 1)[1].split("\n## ", 1)[0]
+    lines = re.findall(r"^ACL SETUSER .*$", section, re.M)
+    assert len(lines) == 1, lines
+    return lines[0].strip()
+
+
+def readme_user(s: RedisServer, user: str, namespace: str, *more: str) -> str:
+    """Create the README's least-privilege user (its exact line, for ``namespace`` and a
+    test password) plus the rules ``more``; return its URL."""
+    words = readme_acl_line().split()
+    assert words[:3] == ["ACL", "SETUSER", "rsched"]
+    rules = [
+        ">pw-" + user if w == ">CHANGE-ME" else f"~{namespace}:*" if w == "~rsched:*" else w
+        for w in words[3:]
+    ]
+    assert s.client().execute_command("ACL", "SETUSER", user, *rules, *more) == "OK"
+    return f"redis://{user}@127.0.0.1:{s.port}/0"
+
+
+def test_readme_acl_line_is_the_one_doctor_suggests() -> None:
+    # one source of truth: doctor's list of needed commands prints the README's grant
+    assert acl_setuser() == readme_acl_line()
+
+
+def test_readme_least_privilege_user_passes(make_server, namespace: str) -> None:
+    s = make_server(appendonly=True)
+    admin = s.client()
+    url = readme_user(s, "ops-min", namespace)
+    admin.execute_command("ACL", "LOG", "RESET")
+    rc, c = checks(
+        Cli(s, namespace), "--redis-url", url, env={"RSCHED_REDIS_PASSWORD": "pw-ops-min"}
+    )
+    assert rc == 0, c
+    assert not [r for r in c.values() if r["status"] == "FAIL"], c
+    assert c["acl"]["status"] == "PASS", c["acl"]
+    assert "user ops-min" in c["acl"]["detail"] and "unknown user" not in c["acl"]["detail"]
+    # CONFIG/INFO are not granted: those checks say so instead of failing
+    assert "could not verify" in c["maxmemory-policy"]["detail"]
+    # doctor asked the server for nothing else the user is not granted (no GET, no
+    # DISCARD, no ACL WHOAMI, no ACL DRYRUN): only what the README says doctor may try
+    refused = {
+        d["object"] for d in admin.execute_command("ACL", "LOG") if d["username"] == "ops-min"
+    }
+    assert refused <= {"info", "config|get"}, refused
+
+
+def test_user_without_evalsha_fails_naming_command_and_user(make_server, namespace: str) -> None:
+    s = make_server(appendonly=True)
+    url = readme_user(s, "no-sha", namespace, "-evalsha")
+    rc, c = checks(
+        Cli(s, namespace), "--redis-url", url, env={"RSCHED_REDIS_PASSWORD": "pw-no-sha"}
+    )
+    assert rc == 1
+    acl = c["acl"]
+    assert acl["status"] == "FAIL", acl
+    assert acl["detail"].startswith("user no-sha may not run EVALSHA;"), acl
+    assert "ZADD" not in acl["detail"].split(";")[0]
+    # the fix it suggests is the README's grant, for this user and namespace
+    assert acl_setuser("no-sha", namespace) in acl["detail"]
+    # and one without the scripting category, nor ZADD
+    url = readme_user(s, "no-lua", namespace, "-@scripting", "-zadd")
+    rc, c = checks(
+        Cli(s, namespace), "--redis-url", url, env={"RSCHED_REDIS_PASSWORD": "pw-no-lua"}
+    )
+    assert rc == 1
+    denied = c["acl"]["detail"].split(";")[0]
+    assert denied.startswith("user no-lua may not run "), denied
+    assert {"EVALSHA", "EVAL", "ZADD"} <= set(denied.split("may not run ")[1].split(", "))
+
+
+def test_doctor_leaves_no_connection_in_a_transaction(make_server, namespace: str) -> None:
+    s = make_server(appendonly=True)
+    admin = s.client()
+    url = readme_user(s, "ops-pool", namespace).replace("ops-pool@", "ops-pool:pw-ops-pool@")
+    rs = Rsched.from_url(url, namespace)
+    try:
+        got = {c.check: c for c in run_checks(rs)}
+        mine = [cl for cl in admin.client_list() if cl.get("user") == "ops-pool"]
+        assert mine, admin.client_list()
+        assert all("x" not in cl["flags"] and cl["multi"] == "-1" for cl in mine), mine
+        # the same client goes on working: a pooled connection in MULTI would answer QUEUED
+        assert rs.redis.ping() is True
+        assert rs.add("t.doc", "after-doctor").status == "added"
+        assert rs.show("t.doc", "after-doctor").state == "due"
+        assert got["acl"].status == "PASS", got["acl"]
+    finally:
+        rs.redis.close()
+
+
+def test_acl_dryrun_when_multi_is_refused(make_server, namespace: str) -> None:
+    s = make_server(appendonly=True)
+    if tuple(int(p) for p in s.client().info("server")["redis_version"].split(".")[:2]) < (7, 0):
+        pytest.skip("ACL DRYRUN needs Redis >= 7.0")
+    env = {"RSCHED_REDIS_PASSWORD": "pw-no-multi"}
+    url = readme_user(s, "no-multi", namespace, "-multi", "-zadd", "+acl|dryrun")
+    rc, c = checks(Cli(s, namespace), "--redis-url", url, env=env)
+    assert rc == 1 and c["acl"]["status"] == "FAIL", c["acl"]
+    denied = c["acl"]["detail"].split(";")[0]
+    assert denied == "user no-multi may not run MULTI, ZADD", denied
+    # without ACL DRYRUN either, MULTI is still known to be missing; the rest is unverified
+    s.client().execute_command("ACL", "SETUSER", "no-multi", "-acl|dryrun")
+    rc, c = checks(Cli(s, namespace), "--redis-url", url, env=env)
+    assert rc == 1 and c["acl"]["status"] == "FAIL", c["acl"]
+    assert c["acl"]["detail"].startswith("user no-multi may not run MULTI"), c["acl"]
+    assert "could not verify the other commands" in c["acl"]["detail"]
 
 
 def test_unreachable_exits_69(namespace: str, server: RedisServer) -> None:
