@@ -24,12 +24,12 @@ _rsched_options() {
     'rsched history') echo '--queue --failed --limit --format --json --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json --help' ;;
     'rsched locks') echo '--format --json --help' ;;
-    'rsched metrics') echo '-o --output --help' ;;
-    'rsched pause') echo '--queue --help' ;;
+    'rsched metrics') echo '-o --output --format --json --help' ;;
+    'rsched pause') echo '--queue --format --json --help' ;;
     'rsched purge') echo '--dead --older-than --queue --format --json --help' ;;
     'rsched queues') echo '--format --json --help' ;;
     'rsched requeue-stale') echo '--queue --dry-run --format --json --help' ;;
-    'rsched resume') echo '--queue --help' ;;
+    'rsched resume') echo '--queue --format --json --help' ;;
     'rsched retry') echo '--queue --all --format --json --help' ;;
     'rsched run') echo '--help' ;;
     'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --help' ;;
@@ -38,10 +38,10 @@ _rsched_options() {
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
     'rsched server status') echo '--dir --format --json --help' ;;
-    'rsched server stop') echo '--dir --help' ;;
+    'rsched server stop') echo '--dir --format --json --help' ;;
     'rsched show') echo '--queue --format --json --help' ;;
     'rsched top') echo '--interval --once --format --json --help' ;;
-    'rsched unlock') echo '--token --force --help' ;;
+    'rsched unlock') echo '--token --force --format --json --help' ;;
   esac
 }
 
@@ -59,12 +59,12 @@ _rsched_value_options() {
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
     'rsched locks') echo '--format' ;;
-    'rsched metrics') echo '-o --output' ;;
-    'rsched pause') echo '--queue' ;;
+    'rsched metrics') echo '-o --output --format' ;;
+    'rsched pause') echo '--queue --format' ;;
     'rsched purge') echo '--older-than --queue --format' ;;
     'rsched queues') echo '--format' ;;
     'rsched requeue-stale') echo '--queue --format' ;;
-    'rsched resume') echo '--queue' ;;
+    'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
     'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
     'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
@@ -72,10 +72,10 @@ _rsched_value_options() {
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server start') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server status') echo '--dir --format' ;;
-    'rsched server stop') echo '--dir' ;;
+    'rsched server stop') echo '--dir --format' ;;
     'rsched show') echo '--queue --format' ;;
     'rsched top') echo '--interval --format' ;;
-    'rsched unlock') echo '--token' ;;
+    'rsched unlock') echo '--token --format' ;;
   esac
 }
 
@@ -96,9 +96,12 @@ _rsched_choices() {
     'rsched list|--state') echo 'scheduled due processing dead all' ;;
     'rsched list|--format') echo 'table plain json' ;;
     'rsched locks|--format') echo 'table plain json' ;;
+    'rsched metrics|--format') echo 'table plain json' ;;
+    'rsched pause|--format') echo 'table plain json' ;;
     'rsched purge|--format') echo 'table plain json' ;;
     'rsched queues|--format') echo 'table plain json' ;;
     'rsched requeue-stale|--format') echo 'table plain json' ;;
+    'rsched resume|--format') echo 'table plain json' ;;
     'rsched retry|--format') echo 'table plain json' ;;
     'rsched run consumer|--log-format') echo 'text json' ;;
     'rsched run cron|--concurrency') echo 'forbid allow replace' ;;
@@ -110,8 +113,10 @@ _rsched_choices() {
     'rsched server start|--flavour') echo 'auto redis valkey' ;;
     'rsched server start|--format') echo 'table plain json' ;;
     'rsched server status|--format') echo 'table plain json' ;;
+    'rsched server stop|--format') echo 'table plain json' ;;
     'rsched show|--format') echo 'table plain json' ;;
     'rsched top|--format') echo 'table plain json' ;;
+    'rsched unlock|--format') echo 'table plain json' ;;
   esac
 }
 

@@ -75,7 +75,7 @@ _QUEUE_KEYS = {
     "grace",
     "partitions",
 }
-_TOP_KEYS = {"redis", "queues", "handlers", "cron", "exec"}
+_TOP_KEYS = {"redis", "queues", "handlers", "cron"}
 
 
 def redact_url(url: str) -> str:

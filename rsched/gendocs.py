@@ -640,17 +640,36 @@ _GUARANTEES = [
     ),
 ]
 
+#: The one description of each exit code: the man page's EXIT STATUS and the
+#: README's table (between the EXIT CODES markers) are both made from it.
 _EXIT_TEXT: dict[int, str] = {
     ExitCode.OK: "Success.",
-    ExitCode.FAILURE: "Failure (doctor found a FAIL, a run failed). For exec, the child's own exit status is passed through.",
-    ExitCode.USAGE: "Usage error or bad input (a name, duration, time or cron expression that is refused).",
-    ExitCode.NOT_FOUND: "Not found: cancel, show or unlock of something absent; server status when no server runs.",
-    ExitCode.CONFLICT: "Conflict: add --if-exists error on an existing task, unlock with a wrong token, a server already running.",
+    ExitCode.FAILURE: "Failure: doctor found a FAIL, a run failed, --wait-replicas fell short. "
+    "exec passes its command's own exit status through (127: the command could not be started).",
+    ExitCode.USAGE: "Usage error or bad input (a name, duration, time or cron expression that "
+    "is refused); nothing was written.",
+    ExitCode.NOT_FOUND: "Not found: cancel, show, unlock or retry of something absent; "
+    "server status when no server runs.",
+    ExitCode.CONFLICT: "Conflict: add --if-exists error on an existing task, unlock with a wrong "
+    "token, retry of a task that is not dead, a server already running.",
     ExitCode.UNAVAILABLE: "Redis unreachable or authentication refused.",
-    ExitCode.LOCKED: "Lock held (exec --if-locked fail).",
-    ExitCode.CONFIG: "Configuration error (bad config file, missing optional dependency, missing permission).",
-    ExitCode.INTERRUPTED: "Interrupted (SIGINT).",
+    ExitCode.LOCKED: "Lock held (exec --if-locked fail, or wait past --wait-timeout).",
+    ExitCode.CONFIG: "Configuration error: a bad config file, a key in the namespace holding "
+    "another type of data, the server's notify-keyspace-events off (run expired), a missing "
+    "optional dependency or permission.",
+    ExitCode.INTERRUPTED: "Interrupted (SIGINT, Ctrl-C).",
 }
+
+EXIT_BEGIN = "<!-- BEGIN EXIT CODES -->"
+EXIT_END = "<!-- END EXIT CODES -->"
+
+
+def exit_table() -> str:
+    """The README's exit-code table (Markdown)."""
+    rows = ["| code | meaning |", "|---|---|"]
+    rows += [f"| {int(c)} | {_EXIT_TEXT[c]} |" for c in ExitCode]
+    return "\n".join(rows) + "\n"
+
 
 _ENVIRONMENT = [
     ("RSCHED_REDIS_URL", "Redis URL (redis://, rediss:// for TLS, unix://); same as --redis-url."),
@@ -658,6 +677,14 @@ _ENVIRONMENT = [
     ("RSCHED_NAMESPACE", "Key prefix; same as --namespace (default rsched)."),
     ("RSCHED_CONFIG", "Config file; same as --config."),
     ("RSCHED_REDIS_PASSWORD", "Redis password (keeps it out of argv and the config file)."),
+    (
+        "RSCHED_SENTINEL_PASSWORD",
+        "Password of the Sentinel processes themselves (redis+sentinel:// URLs), when they have one.",
+    ),
+    (
+        "RSCHED_REDIS_CLUSTER",
+        "true, false or auto (default): use the Redis Cluster client; auto asks the server (HELLO).",
+    ),
     (
         "RSCHED_TLS_CA, RSCHED_TLS_CERT, RSCHED_TLS_KEY",
         "CA bundle, client certificate and key for rediss:// URLs.",
@@ -708,6 +735,15 @@ _JOB_ENV = [
         "Internal, in handlers and jobs too (Linux): marks the processes the runner's "
         "guardian kills if the runner is killed; pass it on to child processes.",
     ),
+]
+
+_EXPIRED_ENV = [
+    ("RSCHED_KEY", "The expired key's name (also the last argument)."),
+    ("RSCHED_PATTERN", "The --pattern that matched it."),
+    ("RSCHED_DB", "The database the key was in."),
+    ("RSCHED_FIRED_BY", "event (its expiry notification) or sweep (the backup sweep found it)."),
+    ("RSCHED_FIRED_AT", "When this firing was claimed (ISO 8601 UTC with milliseconds)."),
+    ("RSCHED_EXPIRE_AT", "For armed keys: when the key was due to expire."),
 ]
 
 _FILES = [
@@ -838,6 +874,13 @@ def man(tree: Node) -> str:
     out += [".SS Cron and exec jobs"]
     for name, text in _JOB_ENV:
         out += [".TP", f"\\fB{_roff(name)}\\fR", _roff(text)]
+    out += [
+        ".SS Keyspace triggers (rsched run expired)",
+        "The expired key's name is the handler's last argument; for a key armed with "
+        "rsched.expired.arm() the value given to it arrives on standard input.",
+    ]
+    for name, text in _EXPIRED_ENV:
+        out += [".TP", f"\\fB{_roff(name)}\\fR", _roff(text)]
     out.append(".SH FILES")
     for name, text in _FILES:
         out += [".TP", f"\\fI{_roff(name)}\\fR", _roff(text)]
@@ -872,12 +915,12 @@ def reference(tree: Node) -> str:
     return "\n".join(parts)
 
 
-def splice_readme(text: str, ref: str) -> str | None:
-    """README text with the reference between the markers, or None without markers."""
-    start, end = text.find(BEGIN), text.find(END)
+def splice_readme(text: str, ref: str, begin: str = BEGIN, end_marker: str = END) -> str | None:
+    """README text with ``ref`` between the markers, or None without markers."""
+    start, end = text.find(begin), text.find(end_marker)
     if start < 0 or end < start:
         return None
-    return text[: start + len(BEGIN)] + "\n" + ref.strip("\n") + "\n" + text[end:]
+    return text[: start + len(begin)] + "\n" + ref.strip("\n") + "\n" + text[end:]
 
 
 # --- all outputs ----------------------------------------------------------------
@@ -896,6 +939,7 @@ def render_all(root: Path = ROOT, warn: bool = True) -> tuple[dict[Path, str], l
     if readme.is_file():
         new = splice_readme(readme.read_text(encoding="utf-8"), reference(tree))
         if new is not None:
+            new = splice_readme(new, exit_table(), EXIT_BEGIN, EXIT_END) or new
             files[readme] = new
     return files, skipped
 

@@ -39,71 +39,25 @@ import pytest
 import redis
 
 from rsched.client import Rsched
-from rsched.tasks import make_spec
-from rsched.timeutil import iso
-from tests.support import Cli, RedisServer, wait_for
 
 # ----------------------------------------------------------------------------- constants
-
 #: Every Redis command rsched issues (directly or from its Lua scripts) for add, cancel,
 #: list, show, queues, requeue-stale, dead/retry/purge, run consumer, run cron, exec,
 #: locks, crons, history and metrics. Found by running those against a server under
 #: MONITOR, and from the Lua sources; ``doctor`` additionally reads ``INFO``/``CONFIG
 #: GET`` and says "could not verify" when they are refused. No pub/sub, no KEYS, no
 #: FLUSH*, no CONFIG, nothing outside the namespace (a script's keys are checked too).
-ACL_COMMANDS = (
-    "ping",
-    "time",
-    "select",  # only with a database other than 0 in the URL
-    "evalsha",
-    "eval",  # one-shot commands (rsched add) send the script itself
-    "script|load",
-    "script|exists",
-    "multi",
-    "exec",
-    "scan",
-    "bzpopmin",
-    # from the Lua scripts and the read-only listings
-    "type",
-    "exists",
-    "del",
-    "set",
-    "incr",
-    "incrby",
-    "pexpire",
-    "pttl",
-    "zadd",
-    "zrem",
-    "zcard",
-    "zcount",
-    "zscore",
-    "zmscore",
-    "zrange",
-    "zrangebyscore",
-    "zremrangebyscore",
-    "hget",
-    "hmget",
-    "hgetall",
-    "hexists",
-    "hset",
-    "hsetnx",
-    "hdel",
-    "hincrby",
-    "sadd",
-    "sismember",
-    "smembers",
-    "xadd",
-    "xrange",
-    "xrevrange",
-)
+# The list lives in rsched.doctor (doctor checks a user against it and prints this line).
+from rsched.doctor import ACL_COMMANDS, acl_setuser  # noqa: E402
+from rsched.tasks import make_spec
+from rsched.timeutil import iso
+from tests.support import Cli, RedisServer, wait_for
 
 #: The least-privilege user for the default namespace ``rsched`` (README, reliability
 #: section). Put the real password instead of CHANGE-ME and give it to rsched through
 #: ``RSCHED_REDIS_PASSWORD`` or ``redis.password_file``, with the user in the URL
 #: (``redis://rsched@host:6379/0``) or ``redis.username``.
-ACL_SETUSER = "ACL SETUSER rsched reset on >CHANGE-ME ~rsched:* resetchannels -@all " + " ".join(
-    f"+{c}" for c in ACL_COMMANDS
-)
+ACL_SETUSER = acl_setuser()
 
 FAKETIME_LIB = next(
     iter(
