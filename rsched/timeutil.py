@@ -83,8 +83,10 @@ def human_duration(ms: int) -> str:
     d, s = divmod(s, 86400)
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
-    parts = [f"{v}{u}" for v, u in ((d, "d"), (h, "h"), (m, "m"), (s, "s")) if v]
-    return " ".join(parts[:2])
+    units = ((d, "d"), (h, "h"), (m, "m"), (s, "s"))
+    first = next(i for i, (v, _) in enumerate(units) if v)
+    # the two largest adjacent units: 9h 0m 32s is "9h", not "9h 32s"
+    return " ".join(f"{v}{u}" for v, u in units[first : first + 2] if v)
 
 
 def relative(ms: int | None, now_ms: int) -> str:

@@ -133,3 +133,13 @@ def test_prev_at_or_before() -> None:
         ms("2026-01-01T00:02:00Z"),
         ms("2026-01-01T00:03:00Z"),
     ]
+
+
+def test_human_duration_keeps_the_two_largest_adjacent_units() -> None:
+    from rsched.timeutil import human_duration
+
+    assert human_duration(9 * 3_600_000 + 32_000) == "9h"  # not "9h 32s"
+    assert human_duration(5_400_000) == "1h 30m"
+    assert human_duration(93_660_000) == "1d 2h"
+    assert human_duration(61_000) == "1m 1s"
+    assert human_duration(1_500) == "1.5s"
