@@ -231,6 +231,8 @@ def test_command_that_cannot_start(cli: Cli) -> None:
     r = cli("exec", "--lock", "nope", "--", "/nonexistent/program")
     assert r.returncode == 127 and "cannot start" in r.stderr
     assert cli.json("history", "nope")[0]["result"] == "failed"
+    r = cli("-q", "exec", "--lock", "nope", "--", "/nonexistent/program")
+    assert r.returncode == 127 and "cannot start" in r.stderr  # an error: -q keeps it
 
 
 def test_sigint_exits_130_and_stops_the_child(cli: Cli, rs: Rsched, tmp_path: Path) -> None:

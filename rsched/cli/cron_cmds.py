@@ -123,8 +123,8 @@ def exec_cmd(
         wait=pol,
         warn=app.info,
     )
-    if out.status == "ran" and out.note:
-        app.info(f"rsched: error: {out.note}")
+    if out.status == "ran" and out.note:  # the command could not be started: an error, -q or not
+        app.log(f"rsched: error: {out.note}", "error")
     elif out.status == "ran" and out.result not in ("ok", "failed"):
         app.info(f"rsched: {lock}: {out.result} (exit status {out.exit_code})")
     ctx.exit(out.exit_code)
