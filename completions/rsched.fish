@@ -141,7 +141,7 @@ complete -c rsched -n '__rsched_is \'rsched\'' -l 'version' -d 'Show the version
 complete -c rsched -n '__rsched_is \'rsched\'' -l 'help' -d 'Show this message and exit'
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'in' -x -d 'Due after this duration (30s, 30m, 1h30m) by the server\'s clock'
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'at' -x -d 'Due at this ISO 8601 time (2026-12-01T02:00+08:00)'
-complete -c rsched -n '__rsched_is \'rsched add\'' -l 'tz' -x -d 'IANA zone for an --at time written without an offset'
+complete -c rsched -n '__rsched_is \'rsched add\'' -l 'tz' -x -d 'IANA zone for an --at time (or --from lines\' at) written without an offset'
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'queue' -x -d 'Queue name'
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'payload' -x -d 'Task payload (JSON, at most 1 MiB)'
 complete -c rsched -n '__rsched_is \'rsched add\'' -l 'payload-file' -r -F -d 'Read the payload JSON from FILE (- for stdin)'

@@ -220,8 +220,9 @@ def make_spec(
 LINE_FIELDS = frozenset(("type", "id", "queue", "in", "at", "payload", "max_attempts"))
 
 
-def spec_from_line(raw: bytes | str, lineno: int) -> TaskSpec:
-    """One ``add --from`` JSON line -> a validated spec. Errors name the line and field."""
+def spec_from_line(raw: bytes | str, lineno: int, tz: str | None = None) -> TaskSpec:
+    """One ``add --from`` JSON line -> a validated spec. Errors name the line and field.
+    ``tz``: the zone of an ``at`` written without an offset (``add --from F --tz Z``)."""
     where = f"line {lineno}"
     if isinstance(raw, bytes):
         try:
@@ -263,6 +264,7 @@ def spec_from_line(raw: bytes | str, lineno: int) -> TaskSpec:
         at=at,
         payload=obj.get("payload"),
         max_attempts=max_attempts,
+        tz=tz,
     )
     try:
         return make_spec(task_type, task_id, **kw)
@@ -483,6 +485,7 @@ def add_lines(
     partitions: int | None = None,
     retry_s: float = 0.0,
     on_retry: Callable[[BaseException, float], None] | None = None,
+    tz: str | None = None,
 ) -> dict[str, int]:
     """``add --from``: JSON lines -> tasks, ``batch`` lines validated, then written
     in one pipeline. A bad line raises :class:`BadInput` naming it; nothing of
@@ -570,7 +573,9 @@ def add_lines(
         thread.start()
         inflight.append((thread, box))
 
-    parse = spec_from_line
+    def parse(raw: bytes | str, lineno: int) -> TaskSpec:
+        return spec_from_line(raw, lineno, tz)
+
     try:
         for lineno, raw in enumerate(lines, 1):
             if not raw.strip():

@@ -228,3 +228,12 @@ def test_add_from_without_retry_says_what_was_written(
         r.close()
     assert re.search(r"\b(10000|20000) tasks from earlier batches were written", err), err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_add_from_tz_applies_to_at_without_offset(cli: Cli) -> None:
+    line = json.dumps({"type": "z.t", "id": "1", "at": "2030-01-01T10:00"}) + "\n"
+    r = cli("add", "--from", "-", input=line, check=2)
+    assert "--tz" in r.stderr and "line 1" in r.stderr
+    cli("add", "--from", "-", "--tz", "Asia/Shanghai", input=line, check=0)
+    shown = cli.json("show", "z.t", "1")
+    assert (shown[0] if isinstance(shown, list) else shown)["due_at"] == "2030-01-01T02:00:00.000Z"

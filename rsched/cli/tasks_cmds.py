@@ -69,7 +69,11 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
 @click.option(
     "--at", "at", metavar="TIME", help="Due at this ISO 8601 time (2026-12-01T02:00+08:00)."
 )
-@click.option("--tz", metavar="ZONE", help="IANA zone for an --at time written without an offset.")
+@click.option(
+    "--tz",
+    metavar="ZONE",
+    help="IANA zone for an --at time (or --from lines' at) written without an offset.",
+)
 @queue_option
 @click.option("--payload", metavar="JSON", help="Task payload (JSON, at most 1 MiB).")
 @click.option(
@@ -166,7 +170,7 @@ def add(
         from rsched.timeutil import parse_duration
 
         retry_ms = 0 if retry_for.strip() == "0" else parse_duration(retry_for, "--retry-for")
-        _add_from(app, from_file, if_exists, pol, n_parts, retry_ms / 1000)
+        _add_from(app, from_file, if_exists, pol, n_parts, retry_ms / 1000, tz)
         return
     if not task_type or not task_id:
         raise BadInput("TYPE ID", "both are required (or use --from FILE)")
@@ -238,6 +242,7 @@ def _add_from(
     pol: Any,
     partitions: int | None = None,
     retry_s: float = 0.0,
+    tz: str | None = None,
 ) -> None:
     from rsched import tasks
 
@@ -277,6 +282,7 @@ def _add_from(
             partitions=partitions,
             retry_s=retry_s,
             on_retry=on_retry,
+            tz=tz,
         )
     finally:
         if progress is not None:
