@@ -71,8 +71,13 @@ def nkeys(name: str) -> int:
 
 def _map_reply(msg: str, exc: Exception) -> Exception:
     if "WRONGTYPE" in msg:
+        import re
+
+        # our scripts' own check says which key: "WRONGTYPE key K holds a T, not a U"
+        m = re.search(r"WRONGTYPE key (.+) holds an? (\w+), not an? (\w+)", msg)
+        which = f"key {m.group(1)!r} holds a {m.group(2)}, not a {m.group(3)}: " if m else ""
         return errors.WrongKeyType(
-            "a key in rsched's namespace holds another type of data "
+            f"{which}a key in rsched's namespace holds another type of data "
             "(the namespace collides with something else; choose another --namespace)"
         )
     if msg.startswith("NOPERM") or "NOPERM" in msg[:40]:

@@ -136,6 +136,8 @@ def test_wrong_key_type_in_namespace_is_a_config_error_and_writes_nothing(
     before = ns_keys(server, cli.namespace)
     res = cli("add", "t", "1")
     assert res.returncode == 78 and "namespace" in res.stderr, res
+    key = f"{cli.namespace}:{{q:default}}:sched"
+    assert f"key {key!r} holds a string, not a zset" in res.stderr, res.stderr  # names it
     assert ns_keys(server, cli.namespace) == before
     assert r.get(f"{cli.namespace}:{{q:default}}:sched") == "not a zset"
 
