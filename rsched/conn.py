@@ -336,12 +336,23 @@ def connect_oneshot(settings: Settings) -> Any:
     return client
 
 
+_PASSWORD_HINT = (
+    "give the password in $RSCHED_REDIS_PASSWORD or [redis] password_file "
+    "(and an ACL user in the URL, redis://USER@host, or [redis] username)"
+)
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc)
     for prefix in ("Redis unreachable: ", "Redis refused authentication: "):
         if text.startswith(prefix):
             text = text[len(prefix) :]
-    return text.splitlines()[0] if text else type(exc).__name__
+    text = text.splitlines()[0] if text else type(exc).__name__
+    if "NOAUTH" in text or "must be called with the client already authenticated" in text:
+        return f"the server requires a password and none was given: {_PASSWORD_HINT}"
+    if "WRONGPASS" in text or "invalid username-password" in text or "invalid password" in text:
+        return f"the server refused this user and password ({text.rstrip('.')}): check them; {_PASSWORD_HINT}"
+    return text
 
 
 def server_time_ms(client: Any) -> int:

@@ -376,6 +376,11 @@ def test_auth_refused_exits_69_and_never_prints_the_password(tmp_path: os.PathLi
         assert c("add", "t", "1").returncode == 0
         res = c("list", env={"RSCHED_REDIS_PASSWORD": "wrong-pw"})
         assert res.returncode == 69 and "wrong-pw" not in res.stderr + res.stdout
+        assert "refused this user and password" in res.stderr, res.stderr
+        for cmd in (("list",), ("add", "t", "2")):  # redis-py and the lean client alike
+            res = c(*cmd, env={"RSCHED_REDIS_PASSWORD": ""})
+            assert res.returncode == 69 and "requires a password" in res.stderr, res.stderr
+            assert "RSCHED_REDIS_PASSWORD" in res.stderr
         url = f"redis://user:hunter2@127.0.0.1:{srv.port}/0"
         res = c("--redis-url", url, "list", env={"RSCHED_REDIS_PASSWORD": ""})
         assert (
