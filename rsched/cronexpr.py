@@ -210,7 +210,10 @@ def parse(
         elif len(fields) == 6:
             seconds = True
         else:
-            raise BadInput(field, f"{expr!r} has {len(fields)} fields; give {CRON_FORM}")
+            raise BadInput(
+                field,
+                f"{expr!r} has {len(fields)} field{'s' if len(fields) != 1 else ''}; give {CRON_FORM}",
+            )
         # '?' (Quartz "no specific value") only in the day fields.
         dom_i, dow_i = (3, 5) if seconds else (2, 4)
         for i, f in enumerate(fields):

@@ -55,6 +55,12 @@ class OncePer:
                 "multiples of it since the Unix epoch, UTC); give a cron expression with "
                 "--tz, like --once-per '0 * * * *' --tz " + tz,
             )
+        if not self.every_ms and len(text.split()) == 1 and not text.startswith("@"):
+            raise errors.BadInput(
+                "--once-per",
+                f"{text!r} is neither a duration (30s, 15m, 1h, 1d) nor a cron expression "
+                "('0 * * * *', '*/10 * * * * *', @hourly)",
+            )
         self.schedule = None if self.every_ms else cronexpr.parse(text, tz, field="--once-per")
 
     def tick_at(self, now_ms: int) -> int:

@@ -282,3 +282,10 @@ def test_once_per_duration_refuses_a_time_zone(cli: Cli, rs: Rsched, tmp_path: P
     cli("exec", "--lock", "tzd", "--once-per", "0 * * * *", "--tz", "Asia/Kolkata", "--",
         "touch", str(marker), check=0)  # fmt: skip
     assert marker.exists()
+
+
+def test_once_per_that_is_neither_form_names_both(cli: Cli) -> None:
+    r = cli("exec", "--lock", "np", "--once-per", "1x", "--", "true", check=2)
+    assert "--once-per" in r.stderr and "duration" in r.stderr and "cron" in r.stderr
+    r = cli("run", "cron", "--schedule", "* * * * *", "--", "true", check=2)
+    assert "no command after the cron's name 'true'" in r.stderr

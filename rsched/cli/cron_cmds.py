@@ -246,7 +246,11 @@ def run_cron(
         if not schedule:
             raise BadInput("--schedule", "is required, like --schedule '*/5 * * * *'")
         if not command:
-            raise BadInput("CMD", "give the command to run after --")
+            raise BadInput(
+                "CMD",
+                f"no command after the cron's name {name!r}: give both, like "
+                "rsched run cron NAME --schedule EXPR -- CMD...",
+            )
         specs = [
             cron.make_spec(
                 name,
