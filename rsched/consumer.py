@@ -648,6 +648,7 @@ class Consumer:
             raise
         finally:
             self._close()
+            self._unregister()
         s = self.stats
         self._log(
             "info",
@@ -713,6 +714,18 @@ class Consumer:
         for _ in self._workers:
             self._work.put(None)
         systemd.stopping()
+
+    def _unregister(self) -> None:
+        """Leave every queue's consumers registry at exit, so that ``rsched queues`` stops
+        counting this consumer at once (best effort: if Redis is unreachable the entry
+        expires after REGISTRATION_TTL_MS, as a killed consumer's does)."""
+        try:
+            pipe = self.rs.redis.pipeline(transaction=False)
+            for qs in self.queues:
+                pipe.zrem(qs.keys.consumers, self.id)
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001
+            self._log("debug", f"could not unregister ({_one_line(exc)}); the entry expires")
 
     def _wake_loop(self, keys: list[str]) -> None:
         """Block on the wake markers ``keys`` (every watched queue, or on a cluster

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -420,6 +421,32 @@ def test_burst_exits_zero_when_nothing_is_due(cli: Cli, rs: Rsched, tmp_path: Pa
     cli("run", "consumer", "--handler", "t.b=true", "--burst", timeout=20, check=0)
     assert all(gone(rs, "t.b", i) for i in ("1", "2", "3"))
     assert state(rs, "t.b", "later") == "scheduled"
+
+
+def test_clean_exit_leaves_the_consumers_registry(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    """A consumer that stops cleanly (--burst end, SIGTERM, library stop()) is no longer
+    counted as live by `queues`; only a killed one ages out (REGISTRATION_TTL_MS)."""
+    add_many(rs, "t.x", ["1", "2"])
+    procs = [
+        cli.spawn("run", "consumer", "--handler", "t.x=true", "--burst", stdout=subprocess.DEVNULL)
+        for _ in range(2)
+    ]
+    assert [p.wait(20) for p in procs] == [0, 0]
+    assert cli.json("queues")[0]["consumers"] == 0
+    # SIGTERM: registered while it runs, gone at once when it exits.
+    p = cli.spawn("run", "consumer", "--handler", "t.x=true", stdout=subprocess.DEVNULL)
+    wait_for(lambda: cli.json("queues")[0]["consumers"] == 1, timeout=15, what="registered")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 0
+    assert cli.json("queues")[0]["consumers"] == 0
+    # The library's stop().
+    c = rs.consumer(handlers={"t.x": lambda t: None}, install_signals=False)
+    t = threading.Thread(target=c.run)
+    t.start()
+    wait_for(lambda: rs.redis.zcard(rs.keys.queue("default").consumers) == 1, timeout=10)
+    c.stop()
+    t.join(20)
+    assert not t.is_alive() and rs.redis.zcard(rs.keys.queue("default").consumers) == 0
 
 
 def _blocked_clients(rs: Rsched) -> int:
