@@ -1,7 +1,7 @@
 """`rsched run cron`: a cron runner that fires each tick exactly once across
 any number of runners and hosts.
 
-How a tick is fired (see ``lua/cron-tick-7.lua``):
+How a tick is fired (see ``lua/cron-tick-8.lua``):
 
 1. Every runner computes the next tick with croniter (``rsched.cronexpr``,
    in the cron's time zone) and sleeps until it **by the server's clock**:
@@ -13,11 +13,26 @@ How a tick is fired (see ``lua/cron-tick-7.lua``):
    and claims ``(cron, fire_ms)`` with ``ZADD NX`` into the ``ticks`` set
    plus a high-water mark ``last_tick``: one runner wins, once ever.
 3. The winner applies the cron's policies atomically in the same script:
-   paused (recorded ``skipped``), too late (``missed``), concurrency
+   paused (recorded ``skipped``, also for a tick that fell inside the last
+   pause and is only now caught up on), too late (``missed``), concurrency
    ``forbid`` (previous run still holds the run lock: ``skipped``),
-   ``replace`` (the holder is asked to stop through a ``cancel`` field its
-   watchdog sees), ``allow``; then takes the run lock with a new fencing
-   token and runs the job in a thread, with a watchdog renewing the lease.
+   ``replace`` (see below), ``allow``; then takes the run lock with a new
+   fencing token and runs the job in a thread, with a watchdog renewing the
+   lease.
+
+``--concurrency replace``: the tick that finds the run lock held becomes the
+one waiting to replace it (``replace_fire`` in the state hash; a tick already
+waiting is superseded and recorded ``skipped``), sets the lock's ``cancel``
+field and wakes the holder: the holder's watchdog does not sleep between
+renewals but blocks in ``BZPOPMIN`` on the cron's ``wake`` key, so it renews
+at once, learns it must stop and stops its job (SIGTERM, SIGKILL after the
+grace). The waiting runner polls ``cron-start-5`` (every 20-100 ms, only
+while it waits) and takes the lock, with a new fencing token, once the old
+run released it: the runs never overlap. Cost of a running job in Redis: one
+renewal plus one ``BZPOPMIN`` that timed out per TTL/3 (``--ttl 30s``: 2
+requests, 7 commands counting those the renewal script runs, per 10 s), the
+same as a sleeping watchdog plus the ``BZPOPMIN``; ``forbid`` jobs keep the
+plain sleep (1 renewal per TTL/3).
 
 The main loop never blocks on a job, never fires a tick it could not claim,
 and survives Redis outages: errors back off and retry, and ticks that passed
@@ -277,11 +292,16 @@ class CronRunner:
         self._last_contact = 0.0
         self._down_since: float | None = None
         self._keep: int | None = None
+        #: concurrency replace: the holder's watchdog blocks on this ZSET (see cron-start-5).
+        self.wake_key = f"{self.k.prefix}:wake"
+        self._blocking: Any = None  # a client for the watchdogs' BZPOPMIN (replace only)
+        self._blocking_lock = threading.Lock()
+        self._replacers: list[threading.Thread] = []
 
     # --- Redis calls (each also measures the server clock) ------------------------
     def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         t0 = time.time()
-        if self.wait and name in ("cron-tick-7", "cron-shard-7"):
+        if self.wait and name in ("cron-tick-8", "cron-shard-7"):
             res = self._claim_and_wait(name, keys, args)
         else:
             res = self.rs.scripts(name, keys, args)
@@ -291,7 +311,7 @@ class CronRunner:
         if (
             isinstance(res, list)
             and len(res) > 1
-            and name in ("cron-tick-7", "cron-shard-7", "cron-heartbeat-1")
+            and name in ("cron-tick-8", "cron-shard-7", "cron-heartbeat-1")
         ):
             self.clock.observe(int(res[1]), t0, t1)
         return res
@@ -302,7 +322,7 @@ class CronRunner:
 
         assert self.wait is not None
         res, acked = script_and_wait(self.rs, name, keys, args, self.wait)
-        won = str(res[0]) == "run" if name == "cron-tick-7" else len(res) > 2
+        won = str(res[0]) == "run" if name == "cron-tick-8" else len(res) > 2
         short = (
             self.wait.shortfall(acked, f"cron {self.spec.name}: the tick claim") if won else None
         )
@@ -464,7 +484,7 @@ class CronRunner:
             return self._handle_sharded(fire, mode, deadline)
         owner = new_owner_id()
         res = self._script(
-            "cron-tick-7",
+            "cron-tick-8",
             [
                 self.k.ticks,
                 self.k.state,
@@ -473,6 +493,7 @@ class CronRunner:
                 self.k.paused,
                 self.k.history,
                 self.k.runners,
+                self.wake_key,
             ],
             [
                 fire,
@@ -495,12 +516,15 @@ class CronRunner:
         if st == "run":
             self._start_job(fire, int(res[2]), owner if s.concurrency != "allow" else "", now)
         elif st == "replace":
-            threading.Thread(
+            self.log(f"cron {s.name}: tick {iso(fire)}: the running job is asked to stop")
+            t = threading.Thread(
                 target=self._replace,
                 args=(fire, owner),
                 daemon=True,
                 name=f"rsched-replace-{s.name}",
-            ).start()
+            )
+            self._replacers = [r for r in self._replacers if r.is_alive()] + [t]
+            t.start()
         elif st == "missed":
             self.log(f"cron {s.name}: tick {iso(fire)} missed (recorded)")
         elif st in ("paused", "skipped"):
@@ -508,29 +532,37 @@ class CronRunner:
         return st
 
     def _replace(self, fire: int, owner: str) -> None:
-        """Wait for the asked-to-stop holder to let go, then run this tick."""
+        """Wait for the asked-to-stop holder to let go, then run this tick; stop waiting
+        when a newer tick takes this one's place (it records this one ``skipped``)."""
         s = self.spec
         give_up_at = time.monotonic() + s.ttl_ms / 1000 + s.grace_s + 2
-        while not self.stop.is_set():
-            give_up = time.monotonic() >= give_up_at
+        delay = 0.02
+        while True:
+            give_up = ""
+            stopping = self.stop.is_set()
+            if stopping:
+                give_up = "the runner stopped before the running job did"
+            elif time.monotonic() >= give_up_at:
+                give_up = "the running job did not stop in time to be replaced"
             try:
                 res = self._script(
-                    "cron-start-4",
-                    [self.k.run_lock, self.k.fence, self.k.state, self.k.history],
+                    "cron-start-5",
+                    [self.k.run_lock, self.k.fence, self.k.state, self.k.history, self.wake_key],
                     [
                         fire,
                         owner,
                         s.ttl_ms,
                         self.host,
                         self.pid,
-                        int(give_up),
+                        give_up,
                         self.rs.history_maxlen,
                         s.name,
+                        0 if stopping else 1,
                     ],
                 )
             except Exception as exc:  # noqa: BLE001
-                if not _is_redis_down(exc):
-                    self.log(f"cron {s.name}: replace failed: {exc}")
+                if self.stop.is_set() or not _is_redis_down(exc):
+                    self.log(f"cron {s.name}: replace of tick {iso(fire)} failed: {exc}")
                     return
                 self.stop.wait(0.5)
                 continue
@@ -538,10 +570,22 @@ class CronRunner:
             if st == "run":
                 self._start_job(fire, int(res[2]), owner, int(res[1]))
                 return
-            if st == "skipped":
-                self.log(f"cron {s.name}: tick {iso(fire)} skipped: the running job did not stop")
+            if st == "superseded":
+                self.log(f"cron {s.name}: tick {iso(fire)} skipped: superseded by a newer tick")
                 return
-            self.stop.wait(0.1)
+            if st == "skipped":
+                self.log(f"cron {s.name}: tick {iso(fire)} skipped: {give_up}")
+                return
+            self.stop.wait(delay)  # held: the holder was woken and is stopping its job
+            delay = min(delay * 1.5, 0.1)
+
+    def blocking_client(self) -> Any:
+        """A client of its own for the watchdogs' blocking ``BZPOPMIN`` (whose wait is
+        longer than the shared client's socket timeout may be)."""
+        with self._blocking_lock:
+            if self._blocking is None:
+                self._blocking = _blocking_clone(self.rs.redis, self.spec.ttl_ms / 3000 + 10)
+            return self._blocking
 
     def _handle_sharded(self, fire: int, mode: str, deadline: int) -> str:
         s = self.spec
@@ -622,6 +666,8 @@ class CronRunner:
 
     def shutdown(self) -> None:
         """Stop running jobs gracefully (SIGTERM, then SIGKILL after the grace) and record them."""
+        for t in self._replacers:  # a tick waiting to replace records itself skipped
+            t.join(timeout=10)
         with self._active_lock:
             active = list(self.active)
         for a in active:
@@ -629,6 +675,37 @@ class CronRunner:
         for a in active:
             a.thread.join(timeout=self.spec.grace_s + 15)
         self.unregister()
+        if self._blocking is not None:
+            _close_client(self._blocking)
+
+
+def _blocking_clone(client: Any, socket_timeout: float) -> Any:
+    """Another client to the same server(s) with ``socket_timeout`` (as the consumer's
+    wake-up listener makes its own)."""
+    from rsched.conn import cluster_clone, is_cluster
+
+    if is_cluster(client):
+        return cluster_clone(client, socket_timeout=socket_timeout)
+    pool = client.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["socket_timeout"] = socket_timeout
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class, max_connections=8, **kwargs
+        )
+    )
+
+
+def _close_client(client: Any) -> None:
+    from rsched.conn import is_cluster
+
+    try:
+        if is_cluster(client):
+            client.disconnect_connection_pools()
+        else:
+            client.connection_pool.disconnect()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
 
 
 class JobRun:
@@ -654,6 +731,24 @@ class JobRun:
         self.stop_reason: str | None = None
         self._cancel = threading.Event()
         self.lost = threading.Event()
+        self.dog: Watchdog | None = None
+        #: The run's watchdog blocks on the cron's wake key (replace): finish wakes it.
+        self._wakes = bool(owner) and runner.spec.concurrency == "replace"
+
+    def _waiter(self) -> Callable[[float], object]:
+        """The watchdog's wait between renewals (replace): ``BZPOPMIN`` on the wake key,
+        so that a runner asking this run to stop is heard at once, at no cost while idle."""
+        r = self.r
+        client = r.blocking_client()
+
+        def wait(timeout_s: float) -> object:
+            popped = client.bzpopmin([r.wake_key], timeout=timeout_s)
+            if popped and popped[1] in ("w", b"w") and self.dog is not None and self.dog.stopped:
+                # This run ended meanwhile: the wake-up is meant for the next holder.
+                r.rs.redis.zadd(r.wake_key, {"w": float(popped[2])})
+            return popped
+
+        return wait
 
     def cancel(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -694,13 +789,18 @@ class JobRun:
                 )
                 self.cancel("replaced by a newer tick")
 
+            wait = None
+            if s.concurrency == "replace":
+                wait = self._waiter()
             dog = Watchdog(
                 renew,
                 s.ttl_ms,
                 on_lost=on_lost,
                 on_cancel=on_cancel,
                 name=f"rsched-watchdog-{s.name}",
+                wait=wait,
             ).start()
+            self.dog = dog
         if s.jitter_ms:
             self._cancel.wait(random.uniform(0, s.jitter_ms) / 1000)
         env = {
@@ -721,7 +821,8 @@ class JobRun:
                 self.child.stop(self.stop_reason or "cancelled", s.grace_s)
             result = self.child.wait(s.timeout_ms / 1000 if s.timeout_ms else None, s.grace_s)
         if dog is not None:
-            dog.stop()
+            # A blocking watchdog (replace) is woken by cron-finish-5, then joined.
+            dog.stop(join=not self._wakes)
         if self.lost.is_set():
             outcome = "lost"
         elif result.timed_out:
@@ -762,17 +863,19 @@ class JobRun:
         while True:
             try:
                 r.rs.scripts(
-                    "cron-finish-4",
-                    [r.k.run_lock, r.k.state, r.k.history, r.k.stats],
-                    [self.owner, r.rs.history_maxlen, payload],
+                    "cron-finish-5",
+                    [r.k.run_lock, r.k.state, r.k.history, r.k.stats, r.wake_key],
+                    [self.owner, r.rs.history_maxlen, payload, int(self._wakes)],
                 )
-                return
+                break
             except Exception as exc:  # noqa: BLE001
                 if not _is_redis_down(exc) or time.monotonic() > deadline:
                     r.log(f"cron {r.spec.name}: could not record tick {iso(self.fire)}: {exc}")
-                    return
+                    break
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        if self.dog is not None and self._wakes:
+            self.dog.join(2)
 
 
 def run_runners(
@@ -810,14 +913,17 @@ def pause(rs: Rsched, name: str) -> bool:
     validate.name(name, "NAME")
     k = rs.keys.cron(name)
     known = bool(rs.redis.sismember(rs.keys.crons, name))
-    rs.redis.set(k.paused, "1")
+    rs.scripts("cron-pause-2", [k.paused, k.state], ["pause"])
     return known
 
 
 def resume(rs: Rsched, name: str) -> bool:
-    """Resume cron ``name``; returns whether it was paused."""
+    """Resume cron ``name``; returns whether it was paused. The pause's span is kept
+    (state ``pause_from_ms`` / ``pause_to_ms``): ticks inside it that a runner only
+    catches up on later are recorded ``skipped`` (paused), not ``missed``."""
     validate.name(name, "NAME")
-    return bool(rs.redis.delete(rs.keys.cron(name).paused))
+    k = rs.keys.cron(name)
+    return int(rs.scripts("cron-pause-2", [k.paused, k.state], ["resume"])[0]) == 1
 
 
 @dataclass

@@ -64,6 +64,12 @@ class Watchdog:
     asked to stop). Redis errors are retried quickly; when no renewal has
     succeeded for a whole TTL (by the local monotonic clock, which also covers
     a process that was SIGSTOPped) the lease is considered lost.
+
+    ``wait(timeout_s)``, when given, replaces the sleep between renewals: it
+    blocks up to ``timeout_s`` and may return early (a wake-up, such as a
+    ``BZPOPMIN`` on a key another process pushes to when it asks the holder to
+    stop), after which the watchdog renews at once. Whoever ends the run makes
+    it return (then :meth:`stop` with ``join=False`` does not wait for it).
     """
 
     def __init__(
@@ -74,8 +80,10 @@ class Watchdog:
         on_lost: Callable[[str], None] | None = None,
         on_cancel: Callable[[], None] | None = None,
         name: str = "watchdog",
+        wait: Callable[[float], object] | None = None,
     ):
         self._renew = renew
+        self._wait = wait
         self.ttl_ms = ttl_ms
         self.on_lost = on_lost
         self.on_cancel = on_cancel
@@ -91,13 +99,34 @@ class Watchdog:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, join: bool = True) -> None:
         self._stop.set()
+        if join:
+            self.join(5)
+
+    def join(self, timeout: float) -> None:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=timeout)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _sleep(self, wait: float) -> bool:
+        """Wait until the next renewal; True when the watchdog is stopped."""
+        if self._wait is None:
+            return self._stop.wait(wait)
+        if self._stop.is_set():
+            return True
+        t0 = time.monotonic()
+        try:
+            self._wait(wait)
+        except Exception:  # noqa: BLE001 - Redis trouble: the renewal below deals with it
+            self._stop.wait(max(0.0, min(wait, 0.25) - (time.monotonic() - t0)))
+        return self._stop.is_set()
 
     def _lose(self, reason: str) -> None:
-        if self.lost.is_set():
+        if self.lost.is_set() or self._stop.is_set():
             return
         self.lost_reason = reason
         self.lost.set()
@@ -107,7 +136,7 @@ class Watchdog:
     def _run(self) -> None:
         interval = max(self.ttl_ms / 3000.0, 0.05)
         wait = interval
-        while not self._stop.wait(wait):
+        while not self._sleep(wait):
             # Local check first: after a SIGSTOP / long pause the lease is gone for sure.
             if (time.monotonic() - self._last_ok) * 1000 >= self.ttl_ms:
                 self._lose("the lease expired before it could be renewed")

@@ -340,6 +340,75 @@ def test_replace_stops_the_running_job(cli: Cli, tmp_path: Path) -> None:
         kill_pids([f[5] for f in lines(log)])
 
 
+def test_replace_is_prompt_and_never_overlaps(cli: Cli, tmp_path: Path) -> None:
+    """Default --ttl 30s: the holder hears the stop request at once (its watchdog blocks
+    on the cron's wake key), not at its next renewal TTL/3 = 10 s later; the new run
+    starts only after the old one ended, with a greater fencing token."""
+    log = tmp_path / "fires"
+    procs = [
+        spawn_runner(
+            cli,
+            tmp_path,
+            "prompt",
+            "*/2 * * * * *",
+            job(log, "exec sleep 60"),
+            "--concurrency",
+            "replace",
+        )
+        for _ in range(2)
+    ]
+    try:
+        wait_for(lambda: len(lines(log)) >= 4, timeout=25, what="4 runs")
+        assert stop_all(procs) == [0, 0]
+    finally:
+        kill_pids([f[5] for f in lines(log)])
+    runs = sorted(
+        (r for r in history(cli, "prompt") if r["result"] != "skipped"), key=lambda r: r["fire_ms"]
+    )
+    replaced = [r for r in runs if "replaced by a newer tick" in (r.get("error") or "")]
+    assert len(replaced) >= 3, runs
+    late = [r["started_ms"] - r["fire_ms"] for r in runs]
+    print(f"replace: new run started {late} ms after its tick (ttl 30s)")
+    assert all(d < 1000 for d in late), late
+    for old, new in zip(runs, runs[1:], strict=False):
+        assert new["token"] > old["token"]
+        assert new["started_ms"] >= old["finished_ms"], (old, new)  # no overlap
+    assert_exactly_once([f[0] for f in lines(log)], 4, step_ms=2000)
+
+
+def test_replace_superseded_ticks_are_recorded(cli: Cli, tmp_path: Path) -> None:
+    """A job that ignores SIGTERM takes the 2.5 s grace to stop; ticks arriving meanwhile
+    supersede each other: each gets exactly one record (`skipped`, superseded)."""
+    log = tmp_path / "fires"
+    stubborn = tmp_path / "stubborn.sh"
+    stubborn.write_text(
+        f"#!/bin/sh\ntrap '' TERM\necho \"$RSCHED_FIRE_AT $$\" >> {log}\nsleep 60\n"
+    )
+    stubborn.chmod(0o755)
+    (tmp_path / "rsched.toml").write_text(
+        f"[cron.stub]\nschedule = '{EVERY_SECOND}'\ncommand = '{stubborn}'\n"
+        "concurrency = 'replace'\ngrace = '2500ms'\n"
+    )
+    errlog = open(tmp_path / "runner-stub.log", "w")  # noqa: SIM115
+    p = cli.spawn("-v", "run", "cron", "--all", stdout=subprocess.DEVNULL, stderr=errlog)
+    try:
+        wait_for(lambda: len(lines(log)) >= 3, timeout=30, what="3 runs")
+        assert stop_all([p]) == [0]
+    finally:
+        errlog.close()
+        kill_pids([f[1] for f in lines(log)])
+    h = history(cli, "stub")
+    per_tick = Counter(r["fire_ms"] for r in h)
+    assert all(c == 1 for c in per_tick.values()), per_tick
+    ticks = sorted(per_tick)
+    assert ticks == list(range(ticks[0], ticks[-1] + 1000, 1000)), ticks  # none without a record
+    sup = [r for r in h if r["result"] == "skipped" and "superseded" in (r.get("error") or "")]
+    assert len(sup) >= 2, h
+    runs = sorted((r for r in h if r.get("token")), key=lambda r: r["fire_ms"])
+    for old, new in zip(runs, runs[1:], strict=False):
+        assert new["token"] > old["token"] and new["started_ms"] >= old["finished_ms"]
+
+
 # --- misfire -----------------------------------------------------------------------------------
 def _run_then_pause_runners(cli: Cli, rs: Rsched, tmp_path: Path, name: str) -> int:
     log = tmp_path / f"{name}-first"
@@ -362,6 +431,52 @@ def test_misfire_skip_records_missed(cli: Cli, rs: Rsched, tmp_path: Path) -> No
     from rsched.timeutil import parse_time
 
     assert min(parse_time(f[0]) for f in lines(log)) > missed[-1]
+
+
+def test_ticks_while_paused_are_skipped_not_missed(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    """No runner while paused: a runner that catches up records those ticks `skipped`
+    (paused), whether the cron is still paused or was resumed before it started."""
+    last = _run_then_pause_runners(cli, rs, tmp_path, "pz")
+    cli("pause", "pz", check=0)
+    p = spawn_runner(cli, tmp_path, "pz", EVERY_SECOND, ["true"], "--starting-deadline", "500ms")
+    backlog = [last + 1000, last + 2000, last + 3000]
+    wait_for(
+        lambda: {r["fire_ms"] for r in history(cli, "pz")} >= set(backlog),
+        timeout=10,
+        what="the backlog recorded",
+    )
+    assert stop_all([p]) == [0]
+    by_fire = {r["fire_ms"]: r for r in history(cli, "pz")}
+    assert [(by_fire[f]["result"], by_fire[f].get("error")) for f in backlog] == [
+        ("skipped", "paused")
+    ] * 3
+    assert not [r for r in by_fire.values() if r["result"] == "missed"]
+    # Paused while no runner ran, resumed, then a runner catches up: the ticks inside the
+    # pause are skipped (paused); those after the resume, missed.
+    last = int(rs.redis.hget(rs.keys.cron("pz").state, "last_tick"))
+    wait_for(lambda: rs.now_ms() >= last + 2500, timeout=10)
+    cli("resume", "pz", check=0)
+    resumed = rs.now_ms()
+    wait_for(lambda: rs.now_ms() >= resumed + 2000, timeout=10)
+    log = tmp_path / "pz-fires"
+    spawned = rs.now_ms()
+    p = spawn_runner(
+        cli, tmp_path, "pz", EVERY_SECOND, job(log), "--starting-deadline", "500ms", tag="2"
+    )
+    wait_for(lambda: lines(log), timeout=10, what="fires again")
+    assert stop_all([p]) == [0]
+    h = [r for r in history(cli, "pz") if last < r["fire_ms"] < spawned - 500]
+    during = [r for r in h if r["fire_ms"] < resumed]
+    after = [r for r in h if r["fire_ms"] > resumed]
+    assert len(during) >= 2 and all(r["error"] == "paused" for r in during), during
+    assert after and all(r["result"] == "missed" for r in after), after
+
+
+def test_clean_exit_leaves_the_runners_registry(cli: Cli, tmp_path: Path) -> None:
+    procs = [spawn_runner(cli, tmp_path, "reg", "0 0 1 1 *", ["true"]) for _ in range(2)]
+    wait_for(lambda: cli.json("crons")[0]["runners"] == 2, timeout=15, what="2 runners")
+    assert stop_all(procs) == [0, 0]
+    assert cli.json("crons")[0]["runners"] == 0
 
 
 def _yearly_backlog(rs: Rsched, name: str, missed_years: int) -> list[int]:

@@ -25,8 +25,46 @@ local function cron_claim_tick(ticks, state, fire, now, keep)
   return added == 1
 end
 
+-- Whether tick `fire` falls while the cron is or was paused: paused now (the
+-- `paused` key), or inside the last pause (state fields pause_from_ms / pause_to_ms,
+-- written by cron-pause-2 on resume), so that ticks a runner catches up on after
+-- a pause are recorded `skipped` (paused), not `missed`.
+local function cron_paused(paused, state, fire)
+  if redis.call('EXISTS', paused) == 1 then
+    return true
+  end
+  local p = redis.call('HMGET', state, 'pause_from_ms', 'pause_to_ms')
+  local f = tonumber(fire)
+  return p[1] ~= false and p[2] ~= false and f >= tonumber(p[1]) and f < tonumber(p[2])
+end
+
 -- An execution record for a tick that did not run (skipped / missed).
 local function cron_note(hist, maxlen, name, fire, now, result, err, host, pid)
   history(hist, maxlen, {kind = 'cron', name = name, fire_ms = tonumber(fire), started_ms = now,
     finished_ms = now, duration_ms = 0, result = result, host = host, pid = tonumber(pid), error = err})
+end
+
+-- concurrency replace: at most one tick waits for the running job to stop (the state
+-- field `replace_fire`). A newer tick supersedes it: the older one is recorded
+-- `skipped` here, once (its runner sees the field changed and records nothing).
+local function cron_supersede(state, hist, maxlen, name, fire, now, host, pid)
+  local prev = redis.call('HGET', state, 'replace_fire')
+  if prev and prev ~= fire then
+    cron_note(hist, maxlen, name, prev, now, 'skipped',
+      'superseded by a newer tick (' .. fire .. ') while waiting for the running job to stop', host, pid)
+  end
+  if prev then
+    redis.call('HDEL', state, 'replace_fire')
+  end
+end
+
+-- Ask the run lock's holder to stop for tick `fire`: the `cancel` field its renewals
+-- see, and a wake-up on `wake` (a ZSET; the holder's watchdog blocks on it with
+-- BZPOPMIN) so that it renews, and learns it, at once. Only when not asked already.
+local function cron_ask_stop(lock, wake, fire, ttl)
+  if redis.call('HGET', lock, 'cancel') ~= fire then
+    redis.call('HSET', lock, 'cancel', fire)
+    redis.call('ZADD', wake, fire, 'w')
+    redis.call('PEXPIRE', wake, ttl)
+  end
 end

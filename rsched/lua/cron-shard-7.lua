@@ -20,7 +20,8 @@
 -- ARGV[10] pid         integer
 -- ARGV[11] runner_ttl  integer ms
 -- Returns {status, now, item1, token1, item2, token2, ...}; status 'early' | 'missed' |
--- 'paused' | 'ok' (possibly with no items).
+-- 'paused' | 'ok' (possibly with no items). A tick that fell while the cron was paused
+-- (see cron_paused) is 'paused' (recorded `skipped`) even when it is also late.
 --@include _now.lua
 --@include _record.lua
 --@include _cron.lua
@@ -33,18 +34,18 @@ if tonumber(fire) > now then
   return {'early', now}
 end
 local first = cron_claim_tick(KEYS[1], KEYS[2], fire, now, tonumber(ARGV[6]))
+if cron_paused(KEYS[5], KEYS[2], fire) then
+  if first then
+    cron_note(KEYS[6], ARGV[7], ARGV[8], fire, now, 'skipped', 'paused', ARGV[9], ARGV[10])
+  end
+  return {'paused', now}
+end
 local deadline = tonumber(ARGV[5])
 if deadline >= 0 and now - tonumber(fire) > deadline and mode ~= 'steal' then
   if first then
     cron_note(KEYS[6], ARGV[7], ARGV[8], fire, now, 'missed', 'late by ' .. (now - tonumber(fire)) .. ' ms', ARGV[9], ARGV[10])
   end
   return {'missed', now}
-end
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  if first then
-    cron_note(KEYS[6], ARGV[7], ARGV[8], fire, now, 'skipped', 'paused', ARGV[9], ARGV[10])
-  end
-  return {'paused', now}
 end
 local items = {}
 if mode == 'broadcast' then

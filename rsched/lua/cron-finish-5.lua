@@ -1,14 +1,16 @@
--- cron-finish-4: a cron run ended: release the run lock (owner-checked), keep
+-- cron-finish-5: a cron run ended: release the run lock (owner-checked), keep
 -- the last result in the state hash, append the execution record.
 --
 -- KEYS[1] lock     HASH run lock (see _lock.lua)
 -- KEYS[2] state    HASH last_run_fire, last_result, last_host, ...
 -- KEYS[3] history  STREAM execution records (capped)
 -- KEYS[4] stats    HASH result -> count
+-- KEYS[5] wake     ZSET wake-up of the holder's watchdog (concurrency replace)
 -- ARGV[1] owner    string, owner id ("" when the run held no lock)
 -- ARGV[2] maxlen   integer, history cap
 -- ARGV[3] record   JSON object text (kind, name, fire_ms, started_ms, result, ...);
 --                  finished_ms is set here from the server clock
+-- ARGV[4] wake     '1': the run's watchdog blocks on `wake`: end its wait now
 -- Returns {released 1|0, now}.
 --@include _now.lua
 --@include _record.lua
@@ -18,6 +20,10 @@ local released = 0
 if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   released = 1
+end
+if ARGV[4] == '1' then
+  redis.call('ZADD', KEYS[5], 0, 'end')
+  redis.call('PEXPIRE', KEYS[5], 60000)
 end
 local rec = cjson.decode(ARGV[3])
 rec['finished_ms'] = now

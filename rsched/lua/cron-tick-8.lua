@@ -1,4 +1,4 @@
--- cron-tick-7: a runner claims one tick of a cron (not a lock: the tick
+-- cron-tick-8: a runner claims one tick of a cron (not a lock: the tick
 -- itself, once ever), by the server's clock, and decides what happens to it.
 --
 -- KEYS[1] ticks    ZSET member fire_ms -> claim time (ms), trimmed by age
@@ -8,6 +8,7 @@
 -- KEYS[5] paused   STRING present while the cron is paused
 -- KEYS[6] history  STREAM execution records (capped)
 -- KEYS[7] runners  ZSET runner id -> registration expiry (ms)
+-- KEYS[8] wake     ZSET wake-up of the run lock's holder (concurrency replace; see _cron.lua)
 -- ARGV[1]  fire         integer ms, the tick
 -- ARGV[2]  mode         'fire' (run it if allowed) | 'missed' (only record it as missed)
 -- ARGV[3]  runner       string, runner id for the registry
@@ -25,9 +26,12 @@
 --   'early'   the tick is in the future by the server's clock (nothing written)
 --   'taken'   another runner claimed it already
 --   'missed'  claimed, too late (or mode missed): recorded `missed`
---   'paused'  claimed, cron paused: recorded `skipped` (paused)
+--   'paused'  claimed, cron paused (now, or at the tick: see cron_paused): recorded
+--             `skipped` (paused), even when it is also late
 --   'skipped' claimed, previous run still active (forbid): recorded `skipped`
---   'replace' claimed, a run is active: its holder was asked to stop; take the lock when free
+--   'replace' claimed, a run is active: its holder was asked to stop (and woken); this tick
+--             is now the one waiting (state replace_fire): take the lock when free with
+--             cron-start-5. An older waiting tick is recorded `skipped` (superseded).
 --   'run'     claimed, run it with fencing token `token` (lock taken unless concurrency allow)
 --@include _now.lua
 --@include _record.lua
@@ -36,7 +40,7 @@
 --@include _cron.lua
 
 local bad = check_types({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'string',
-  KEYS[6], 'stream', KEYS[7], 'zset'})
+  KEYS[6], 'stream', KEYS[7], 'zset', KEYS[8], 'zset'})
 if bad then return bad end
 local now = now_ms()
 local fire = ARGV[1]
@@ -48,14 +52,14 @@ end
 if not cron_claim_tick(KEYS[1], KEYS[2], fire, now, tonumber(ARGV[10])) then
   return {'taken', now}
 end
+if cron_paused(KEYS[5], KEYS[2], fire) then
+  cron_note(KEYS[6], maxlen, name, fire, now, 'skipped', 'paused', host, pid)
+  return {'paused', now}
+end
 local deadline = tonumber(ARGV[9])
 if ARGV[2] == 'missed' or (deadline >= 0 and now - tonumber(fire) > deadline) then
   cron_note(KEYS[6], maxlen, name, fire, now, 'missed', 'late by ' .. (now - tonumber(fire)) .. ' ms', host, pid)
   return {'missed', now}
-end
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  cron_note(KEYS[6], maxlen, name, fire, now, 'skipped', 'paused', host, pid)
-  return {'paused', now}
 end
 local conc = ARGV[8]
 local tok
@@ -65,7 +69,9 @@ else
   tok = lock_try(KEYS[3], KEYS[4], ARGV[4], tonumber(ARGV[5]), host, pid, now)
   if not tok then
     if conc == 'replace' then
-      redis.call('HSET', KEYS[3], 'cancel', fire)
+      cron_supersede(KEYS[2], KEYS[6], maxlen, name, fire, now, host, pid)
+      redis.call('HSET', KEYS[2], 'replace_fire', fire)
+      cron_ask_stop(KEYS[3], KEYS[8], fire, tonumber(ARGV[5]))
       return {'replace', now}
     end
     local h = lock_holder(KEYS[3])
@@ -74,6 +80,10 @@ else
     return {'skipped', now}
   end
   redis.call('HSET', KEYS[3], 'fire', fire)
+  if conc == 'replace' then
+    cron_supersede(KEYS[2], KEYS[6], maxlen, name, fire, now, host, pid)
+    redis.call('DEL', KEYS[8])  -- a new run starts with no stale wake-up
+  end
 end
 redis.call('HSET', KEYS[2], 'last_run_fire', fire, 'last_result', 'running', 'last_host', host)
 return {'run', now, tok}
