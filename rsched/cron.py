@@ -295,7 +295,7 @@ class CronRunner:
         self._down_since: float | None = None
         self._keep: int | None = None
         #: concurrency replace: the holder's watchdog blocks on this ZSET (see cron-start-5).
-        self.wake_key = f"{self.k.prefix}:wake"
+        self.wake_key = self.k.wake
         self._blocking: Any = None  # a client for the watchdogs' BZPOPMIN (replace only)
         self._blocking_lock = threading.Lock()
         self._replacers: list[threading.Thread] = []

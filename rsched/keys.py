@@ -15,9 +15,11 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:stats       HASH  run counters for metrics
 
     {ns}:{c:NAME}:ticks        ZSET  fire_ms -> claim time: each tick is claimed once ever
-    {ns}:{c:NAME}:state        HASH  schedule, tz, last_tick, last_run_fire, last_result, last_host
+    {ns}:{c:NAME}:state        HASH  schedule, tz, last_tick, last_run_fire, last_result, last_host,
+                                     replace_fire, paused_ms, pause_from_ms, pause_to_ms
     {ns}:{c:NAME}:runners      ZSET  runner id -> registration expiry (ms): the live runners
     {ns}:{c:NAME}:lock         HASH  the run lock (owner, host, pid, since, token, fire, cancel), PEXPIRE
+    {ns}:{c:NAME}:wake         ZSET  wakes the run lock's holder (--concurrency replace)
     {ns}:{c:NAME}:fence        STRING fencing counter
     {ns}:{c:NAME}:paused       STRING present while the cron is paused
     {ns}:{c:NAME}:shards:FIRE  HASH  shard item -> runner id for one tick (expires)
@@ -154,6 +156,11 @@ class CronKeys:
     @property
     def run_lock(self) -> str:
         return self._k("lock")
+
+    @property
+    def wake(self) -> str:
+        """ZSET: a member added wakes the run lock's holder (``--concurrency replace``)."""
+        return self._k("wake")
 
     @property
     def fence(self) -> str:
