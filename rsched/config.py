@@ -78,42 +78,46 @@ _QUEUE_KEYS = {
 _TOP_KEYS = {"redis", "queues", "handlers", "cron"}
 
 
-def redact_url(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user:***@host``."""
+def _replace_password(url: str, mask: str | None) -> str | None:
+    """``url`` with its password (``user:PASSWORD@`` or redis-py's ``?password=``)
+    replaced by ``mask``, or removed when ``mask`` is None; None if unparseable."""
     try:
         parts = urlsplit(url)
     except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
-
-
-def strip_password(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user@host`` (for an environment
-    handed on to children: they get the address, not the secret)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return ""
+        return None
     changed = False
     if "password=" in parts.query:  # unix:///run/redis.sock?password=... (redis-py's form)
         from urllib.parse import parse_qsl, urlencode
 
-        q = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
-        parts, changed = parts._replace(query=urlencode(q)), True
+        q = [
+            (k, mask if k == "password" else v)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            if k != "password" or mask is not None
+        ]
+        parts, changed = parts._replace(query=urlencode(q, safe="*")), True
     if parts.password is not None:
         host = parts.netloc.rsplit("@", 1)[-1]
         user = parts.username or ""
-        parts, changed = parts._replace(netloc=f"{user}@{host}" if user else host), True
+        userinfo = user if mask is None else f"{user}:{mask}"
+        parts, changed = parts._replace(netloc=f"{userinfo}@{host}" if userinfo else host), True
     if not changed:
         return url
     out = urlunsplit(parts)
     if not parts.netloc and url.startswith(f"{parts.scheme}://"):  # keep unix:///path
         out = f"{parts.scheme}://" + out[len(parts.scheme) + 1 :]
     return out
+
+
+def redact_url(url: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user:***@host`` (for output and logs)."""
+    out = _replace_password(url, "***")
+    return "<unparseable url>" if out is None else out
+
+
+def strip_password(url: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user@host`` (for an environment
+    handed on to children: they get the address, not the secret)."""
+    return _replace_password(url, None) or ""
 
 
 @dataclass(frozen=True)
@@ -316,6 +320,21 @@ class Settings:
         return dict(self.file.get("cron", {}))
 
 
+def _secret(env: str, table: dict[str, Any], file_key: str, path: Path | None) -> str | None:
+    """A password: from ``$env``, else read from the file ``[redis] file_key`` names."""
+    value = os.environ.get(env)
+    if value:
+        return value
+    if not table.get(file_key):
+        return None
+    try:
+        return Path(table[file_key]).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"config {path}: redis.{file_key} cannot be read ({exc.strerror})"
+        ) from None
+
+
 def _cluster_setting(env: str | None, value: Any, path: Path | None) -> bool | None:
     """``RSCHED_REDIS_CLUSTER`` / ``[redis] cluster``: true, false or "auto" (None)."""
     if env:
@@ -372,29 +391,9 @@ def resolve(
     )
     validate.name(s.namespace, "--namespace")
     s.username = r.get("username")
-    pw_env = os.environ.get("RSCHED_REDIS_PASSWORD")
-    if pw_env:
-        s.password = pw_env
-    elif r.get("password_file"):
-        try:
-            s.password = Path(r["password_file"]).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"config {path}: redis.password_file cannot be read ({exc.strerror})"
-            ) from None
+    s.password = _secret("RSCHED_REDIS_PASSWORD", r, "password_file", path)
     s.sentinel_username = r.get("sentinel_username")
-    sentinel_pw_env = os.environ.get("RSCHED_SENTINEL_PASSWORD")
-    if sentinel_pw_env:
-        s.sentinel_password = sentinel_pw_env
-    elif r.get("sentinel_password_file"):
-        try:
-            s.sentinel_password = (
-                Path(r["sentinel_password_file"]).read_text(encoding="utf-8").strip()
-            )
-        except OSError as exc:
-            raise ConfigError(
-                f"config {path}: redis.sentinel_password_file cannot be read ({exc.strerror})"
-            ) from None
+    s.sentinel_password = _secret("RSCHED_SENTINEL_PASSWORD", r, "sentinel_password_file", path)
     if "wait_replicas" in r:
         n = r["wait_replicas"]
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:

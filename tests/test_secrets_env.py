@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rsched.config import strip_password
+from rsched.config import redact_url, strip_password
 from tests.support import Cli, RedisServer
 
 
@@ -15,6 +15,26 @@ def test_strip_password() -> None:
     assert strip_password("unix:///tmp/x.sock?password=zz&db=2") == "unix:///tmp/x.sock?db=2"
     assert strip_password("unix:///tmp/x.sock") == "unix:///tmp/x.sock"
     assert strip_password("redis+sentinel://:p@a:1,b:2/svc") == "redis+sentinel://a:1,b:2/svc"
+
+
+def test_redact_url_hides_every_form_of_the_password() -> None:
+    assert redact_url("redis://u:pw@h/2") == "redis://u:***@h/2"
+    # redis-py also takes the password in the query string: it was printed as is
+    assert (
+        redact_url("unix:///tmp/x.sock?password=zz&db=2") == "unix:///tmp/x.sock?password=***&db=2"
+    )
+    assert redact_url("redis://h:1/0") == "redis://h:1/0"
+
+
+def test_the_query_password_never_reaches_an_error(tmp_path: Path) -> None:
+    s = RedisServer(unix=True, password="qs-secret").start()
+    try:
+        cli = Cli(s, "pwq", cwd=str(tmp_path))
+        r = cli("--redis-url", f"unix://{s.unix}?password=wrong-qs-secret", "list",
+                env={"RSCHED_REDIS_PASSWORD": ""}, check=69)  # fmt: skip
+        assert "wrong-qs-secret" not in r.stderr + r.stdout and "password=***" in r.stderr
+    finally:
+        s.stop()
 
 
 def test_handlers_get_no_redis_password(tmp_path: Path) -> None:
