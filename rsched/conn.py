@@ -45,15 +45,7 @@ def connect(
     if settings.username is not None:
         kwargs["username"] = settings.username
     if settings.redis_url.startswith("rediss://"):
-        if settings.tls_ca:
-            kwargs["ssl_ca_certs"] = settings.tls_ca
-        if settings.tls_cert:
-            kwargs["ssl_certfile"] = settings.tls_cert
-        if settings.tls_key:
-            kwargs["ssl_keyfile"] = settings.tls_key
-        if settings.tls_insecure:
-            kwargs["ssl_cert_reqs"] = "none"
-            kwargs["ssl_check_hostname"] = False
+        kwargs.update(tls_kwargs(settings))
     if settings.redis_url.startswith(SENTINEL_PREFIXES):
         return connect_sentinel(settings, kwargs, check)
     mode = cluster_mode(settings)
@@ -82,6 +74,21 @@ def connect(
             client.close()
             return cluster
     return client
+
+
+def tls_kwargs(settings: Settings) -> dict[str, Any]:
+    """redis-py's TLS options from ``--tls-*`` / ``[redis] tls_*`` / ``RSCHED_TLS_*``."""
+    kw: dict[str, Any] = {}
+    if settings.tls_ca:
+        kw["ssl_ca_certs"] = settings.tls_ca
+    if settings.tls_cert:
+        kw["ssl_certfile"] = settings.tls_cert
+    if settings.tls_key:
+        kw["ssl_keyfile"] = settings.tls_key
+    if settings.tls_insecure:
+        kw["ssl_cert_reqs"] = "none"
+        kw["ssl_check_hostname"] = False
+    return kw
 
 
 def cluster_mode(settings: Settings) -> bool | None:
@@ -271,16 +278,7 @@ def connect_sentinel(settings: Settings, kwargs: dict[str, Any], check: bool = T
     if settings.sentinel_username is not None:
         sentinel_kw["username"] = settings.sentinel_username
     if target.tls:
-        tls: dict[str, Any] = {"ssl": True}
-        if settings.tls_ca:
-            tls["ssl_ca_certs"] = settings.tls_ca
-        if settings.tls_cert:
-            tls["ssl_certfile"] = settings.tls_cert
-        if settings.tls_key:
-            tls["ssl_keyfile"] = settings.tls_key
-        if settings.tls_insecure:
-            tls["ssl_cert_reqs"] = "none"
-            tls["ssl_check_hostname"] = False
+        tls = {"ssl": True, **tls_kwargs(settings)}
         node.update(tls)
         sentinel_kw.update(tls)
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kw)
