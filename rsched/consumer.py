@@ -625,7 +625,7 @@ class Consumer:
                     if self._turn():
                         break
                     delay = 0.1
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     for qs in self.queues:  # a restart or failover: check key types again
                         qs.checked = False
                     wait_s = self._rnd.uniform(delay / 2, delay)
@@ -1247,10 +1247,6 @@ class Consumer:
                 )
         self._results.clear()
         self._unsettled.clear()
-
-
-#: Errors the loop rides out: the server blinked, is loading, or failed over.
-_TRANSIENT = TRANSIENT
 
 
 def _one_line(text: Any) -> str:

@@ -63,6 +63,7 @@ import redis
 
 from rsched import cronexpr, errors, proc, systemd, validate
 from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Watchdog, new_owner_id
+from rsched.runloop import TRANSIENT
 from rsched.timeutil import iso, parse_duration
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -253,8 +254,6 @@ class ServerClock:
 
 
 def _is_redis_down(exc: BaseException) -> bool:
-    from rsched.runloop import TRANSIENT
-
     return isinstance(exc, TRANSIENT)
 
 

@@ -147,7 +147,6 @@ SWEEP_PIPELINE = 256
 
 NOTIFY_FIX = "CONFIG SET notify-keyspace-events Ex"
 
-_TRANSIENT = TRANSIENT
 #: The key's slot is served by another node (MOVED) or moving there (ASK).
 _REDIRECT = redis.exceptions.AskError
 #: Connection options of a cluster client's node that belong to the cluster client.
@@ -859,7 +858,7 @@ class ExpiredRunner:
                 self._wake.set()
                 delay = 0.1
                 self._pump(node, ps)
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 node.subscribed = False
                 if node.halt.is_set():
                     return
@@ -935,7 +934,7 @@ class ExpiredRunner:
             try:
                 outs = self._run_fire(node, [(raw, "event") for raw in batch])
                 break
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if node.halt.is_set() or time.monotonic() - t0 > self.claim_window_ms / 2000.0:
                     self._log(
                         "error",
@@ -1170,7 +1169,7 @@ class ExpiredRunner:
                     self._discover(node)
                 wait_s = self._sweep(node)
                 delay = 0.1
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 if node.halt.is_set():
                     return
                 self._topo_kick.set()

@@ -20,6 +20,7 @@ Writes go through the Lua core (``rsched/lua``); reads are plain commands.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -573,9 +574,7 @@ def add_lines(
         thread.start()
         inflight.append((thread, box))
 
-    def parse(raw: bytes | str, lineno: int) -> TaskSpec:
-        return spec_from_line(raw, lineno, tz)
-
+    parse = spec_from_line if tz is None else functools.partial(spec_from_line, tz=tz)
     try:
         for lineno, raw in enumerate(lines, 1):
             if not raw.strip():

@@ -21,7 +21,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from tests.support import RSCHED, free_port, server_binary, wait_for
+from tests.support import RSCHED, free_port, server_binary, stop_all, wait_for
 
 
 def cli_binary() -> str | None:
@@ -248,13 +248,7 @@ class ClusterCli:
         return p
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            p.communicate(timeout=10)
+        stop_all(self.procs)
 
 
 @pytest.fixture(scope="module")

@@ -249,17 +249,23 @@ class Cli:
         return p
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGCONT)
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        stop_all(self.procs)
+
+
+def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    """Kill what is still running of ``procs`` (their whole process groups, even a
+    stopped one), reap them and close their pipes."""
+    for p in procs:
+        if p.poll() is None:
             try:
-                p.communicate(timeout=10)
-            except Exception:  # noqa: BLE001 - e.g. a stdin the test closed itself
+                os.killpg(p.pid, signal.SIGCONT)
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
-            for pipe in (p.stdin, p.stdout, p.stderr):
-                if pipe is not None and not pipe.closed:
-                    pipe.close()
+        try:
+            p.communicate(timeout=10)
+        except Exception:  # noqa: BLE001 - e.g. a stdin the test closed itself
+            pass
+        for pipe in (p.stdin, p.stdout, p.stderr):
+            if pipe is not None and not pipe.closed:
+                pipe.close()

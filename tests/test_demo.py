@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from rsched.client import Rsched
 
 
 @pytest.mark.parametrize("flavour", ["auto", "valkey"])
@@ -40,3 +43,27 @@ def test_demo_on_an_embedded_server_reports_each_tick_once_and_each_task_once(
         "lost": 0,
         "early": 0,
     }
+
+
+def test_summary_counts_a_skipped_tick_as_claimed_and_a_gap_as_missed(
+    rs: Rsched, tmp_path: Path
+) -> None:
+    """The demo's check reads the cron's records: a tick recorded `skipped` (forbid,
+    the run before still going) was claimed; only a tick with no record is missed."""
+    from rsched import demo
+
+    hist = rs.keys.cron("demo.tick").history
+    base = 1_800_000_000_000
+    for i, result in enumerate(["ok", "skipped", "ok", "ok"]):
+        fire = base + 1000 * i
+        rec = {"kind": "cron", "name": "demo.tick", "fire_ms": fire, "started_ms": fire + 2,
+               "result": result, "pid": 7}  # fmt: skip
+        rs.redis.xadd(hist, {"j": json.dumps(rec)})
+    log = tmp_path / "tasks.log"
+    log.write_text("")
+    s = demo._summarise(rs, str(log), 0, [])
+    assert (s.ticks, s.skipped_ticks, s.missed_ticks, s.duplicate_ticks) == (3, 1, 0, 0)
+    assert s.ok
+    rs.redis.xadd(hist, {"j": json.dumps({"fire_ms": base + 5000, "result": "ok", "pid": 7})})
+    s = demo._summarise(rs, str(log), 0, [])  # base + 4000 has no record at all
+    assert s.missed_ticks == 1 and not s.ok
