@@ -158,6 +158,12 @@ def _first_line(text: str | None) -> str:
     return line
 
 
+def _is_help(opt: click.Parameter, node: Node) -> bool:
+    """The help option, however this click version names it (``help`` before 8.4,
+    a reserved storage name after), so the generated files are the same on each."""
+    return opt is node.cmd.get_help_option(node.ctx) or "--help" in getattr(opt, "opts", ())
+
+
 def _opt_help(opt: click.Option) -> str:
     return _first_line(opt.help)
 
@@ -855,7 +861,7 @@ def man(tree: Node) -> str:
                 "Arguments: " + " ".join(_roff(_metavar(a, node.ctx)) for a in node.arguments),
             ]
         for opt in node.options:
-            if opt.name == "help":
+            if _is_help(opt, node):
                 continue  # every command has -h/--help; said once under GLOBAL OPTIONS
             out += [".TP", _opt_synopsis(opt), *_roff_lines(_roff(_opt_help_full(opt)))]
     out.append(".SH GUARANTEES")

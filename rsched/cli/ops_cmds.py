@@ -115,7 +115,7 @@ def _start(
     server.exec_foreground(inst)
 
 
-@click.group(invoke_without_command=True)
+@click.group(invoke_without_command=True, subcommand_metavar="[COMMAND] [ARGS]...")
 @_start_options
 @output_options
 @pass_app
