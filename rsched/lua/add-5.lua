@@ -118,6 +118,17 @@ end
 if #hset > 0 then
   bulk('HSET', KEYS[4], hset)
   bulk('ZADD', KEYS[1], zadd)
+elseif kept > 0 then
+  -- Every task was kept: rewrite one record unchanged, so that this call is a
+  -- write. A following WAIT then covers the kept tasks (they were written
+  -- before it): Valkey (and Redis >= 7.2) count only the connection's own
+  -- writes, and a connection that wrote nothing returns at once.
+  for i = 1, n do
+    if existing[i] then
+      redis.call('HSET', KEYS[4], members[i], existing[i])
+      break
+    end
+  end
 end
 
 if min_due ~= nil then
