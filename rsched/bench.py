@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rsched.conn import is_cluster
+from rsched.conn import is_cluster, pool_connection
 from rsched.errors import BadInput, Conflict, RschedError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -355,7 +355,7 @@ class _Monitor:
 
     def _read(self) -> None:
         pool = self.node.connection_pool
-        conn = pool.get_connection()
+        conn = pool_connection(pool)
         try:
             conn.send_command("MONITOR")
             conn.read_response()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from rsched.conn import is_cluster
+from rsched.conn import is_cluster, pool_connection
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
@@ -519,7 +519,7 @@ class Doctor:
             pool = self.r.connection_pool
         user = self._acl_user(pool)
         probes = self._acl_probes(pool, key)
-        conn = pool.get_connection()
+        conn = pool_connection(pool)
         clean = False  # True once the connection is known not to be in a transaction
         try:
             multi_denied, clean, result = self._acl_by_multi(conn, probes)

@@ -1058,7 +1058,7 @@ def test_least_privilege_acl_user_runs_everything_and_is_refused_the_rest(
         # Run loops try INFO/CONFIG once at start for doctor's startup warnings and say
         # "could not verify" when refused; every other denial means ACL_COMMANDS is short.
         denied = [
-            d for d in admin.execute_command("ACL", "LOG")
+            d for d in admin.acl_log()
             if not (d.get("reason") == "command" and str(d.get("object", "")).split("|")[0] in ("info", "config"))
         ]  # fmt: skip
         assert not denied, f"rsched needs more than ACL_COMMANDS: {denied}"
