@@ -33,6 +33,7 @@ Config file (TOML), found at ``--config`` / ``$RSCHED_CONFIG`` / ``./rsched.toml
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,101 @@ def _replace_password(url: str, mask: str | None) -> str | None:
     return out
 
 
+URL_FORM = (
+    "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], rediss://… (TLS), unix:///PATH[?db=DB], "
+    "redis+sentinel://HOST:PORT[,HOST:PORT…]/SERVICE[/DB] or redis+cluster://HOST:PORT"
+)
+
+
+def _check_userinfo(rest: str, where: str) -> tuple[str, str, str]:
+    """The URL after ``SCHEME://`` -> (authority, path, query), refusing a user or
+    password whose unencoded ``/ ? #`` would move the URL's boundaries (the parts
+    after it would then hold the rest of the secret, so nothing is echoed)."""
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    tail = rest[len(authority) :]
+    path, _, query = tail.partition("?")
+    path, _, fragment = path.partition("#")
+    query, _, qfrag = query.partition("#")
+    if "@" not in authority and (
+        "@" in path or "@" in fragment or "@" in qfrag or "@" in query.split("=", 1)[0]
+    ):
+        raise ConfigError(
+            f"{where}: the user or password holds an unencoded '/', '?' or '#'; "
+            "percent-encode them (%2F, %3F, %23), or give the password in "
+            "RSCHED_REDIS_PASSWORD or [redis] password_file instead"
+        )
+    return authority, path, query
+
+
+def check_url(url: str, where: str = "--redis-url") -> None:
+    """Refuse a malformed plain, TLS, unix or cluster URL before anything connects
+    (:class:`ConfigError`, exit 78), naming the part that is wrong and never echoing
+    the user or password: an unencoded ``/ ? #`` in a password moves the URL's
+    boundaries, so the parts after it may hold the rest of the secret."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return  # the scheme check that follows names it
+    authority, path, query = _check_userinfo(rest, where)
+    hostport = authority.rsplit("@", 1)[-1]
+    if scheme == "unix":
+        if hostport or not path.strip("/"):
+            raise ConfigError(
+                f"{where}: a unix URL names the socket's path: unix:///run/redis.sock"
+            )
+    else:
+        if hostport.startswith("["):
+            host, close, after = hostport[1:].partition("]")
+            if not close or (after and not after.startswith(":")):
+                raise ConfigError(
+                    f"{where}: the host is not a bracketed IPv6 address; write it as "
+                    "[::1] (redis://[::1]:6379/0)"
+                )
+            port = after[1:] if after else None
+            try:
+                import ipaddress
+
+                ipaddress.IPv6Address(host.split("%", 1)[0])
+            except ValueError:
+                raise ConfigError(
+                    f"{where}: [{host}] is not an IPv6 address (redis://[::1]:6379/0)"
+                ) from None
+        else:
+            host, colon, port_text = hostport.rpartition(":")
+            if not colon:
+                host, port_text = hostport, ""
+            port = port_text if colon else None
+            if "[" in hostport or "]" in hostport:
+                raise ConfigError(
+                    f"{where}: the host is not a bracketed IPv6 address; write it as "
+                    "[::1] (redis://[::1]:6379/0)"
+                )
+        if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            shown = port if len(port) <= 12 else port[:12] + "…"
+            raise ConfigError(
+                f"{where}: the port {shown!r} is not a whole number from 1 to 65535 "
+                "(redis://HOST:PORT/DB)"
+            )
+        if "," in hostport and not scheme.endswith("+cluster"):
+            raise ConfigError(
+                f"{where}: more than one host needs redis+sentinel:// or redis+cluster://"
+            )
+        db = path.strip("/")
+        if scheme.endswith("+cluster") and db not in ("", "0"):
+            raise ConfigError(f"{where}: Redis Cluster has database 0 only, not {db!r}")
+        if db and not (db.isascii() and db.isdigit()):
+            shown = db if len(db) <= 12 else db[:12] + "…"
+            raise ConfigError(
+                f"{where}: the database {shown!r} is not a whole number (redis://HOST:PORT/DB)"
+            )
+    from urllib.parse import parse_qsl
+
+    for k, v in parse_qsl(query, keep_blank_values=True):
+        if k == "db" and not (v.isascii() and v.isdigit()):
+            raise ConfigError(
+                f"{where}: the database (db={v[:12]!r}) is not a whole number (unix:///PATH?db=DB)"
+            )
+
+
 def redact_url(url: str) -> str:
     """``redis://user:secret@host`` -> ``redis://user:***@host`` (for output and logs)."""
     out = _replace_password(url, "***")
@@ -137,8 +233,15 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     (``rediss+sentinel://`` for TLS). The user and password are the data nodes'."""
     from urllib.parse import unquote
 
+    _check_userinfo(url.partition("://")[2], "--redis-url")
     where = redact_url(url)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ConfigError(
+            "--redis-url: a sentinel's IPv6 address goes in brackets: "
+            "redis+sentinel://[::1]:26379/SERVICE"
+        ) from None
     if parts.scheme not in SENTINEL_SCHEMES:
         raise ConfigError(f"--redis-url: {where!r} is not a redis+sentinel:// URL")
     userinfo, _, hostlist = parts.netloc.rpartition("@")
@@ -155,7 +258,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         )
     db = 0
     if len(segs) == 2:
-        if not segs[1].isdigit():
+        if not (segs[1].isascii() and segs[1].isdigit()):
             raise ConfigError(
                 f"--redis-url: {where!r}: the database {segs[1]!r} is not a whole number"
             )
@@ -187,7 +290,7 @@ def _host_port(item: str, field_name: str) -> tuple[str, int]:
 
 
 def _port(text: str, item: str, field_name: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
         raise ConfigError(f"{field_name}: sentinel {item!r} has no valid port (host:port)")
     return int(text)
 
@@ -374,6 +477,17 @@ def resolve(
         )
     if "sentinel_service" in r and "sentinels" not in r:
         raise ConfigError(f"config {path}: redis.sentinel_service needs redis.sentinels")
+    url_from = (
+        "--redis-url"
+        if redis_url
+        else "RSCHED_REDIS_URL"
+        if os.environ.get("RSCHED_REDIS_URL")
+        else "REDIS_URL"
+        if os.environ.get("REDIS_URL")
+        else f"config {path}: redis.url"
+        if r.get("url")
+        else "--redis-url"
+    )
     s.redis_url = (
         redis_url
         or os.environ.get("RSCHED_REDIS_URL")
@@ -417,12 +531,18 @@ def resolve(
     s.tls_key = os.environ.get("RSCHED_TLS_KEY") or r.get("tls_key")
     s.tls_insecure = bool(r.get("tls_insecure", False))
     s.cluster = _cluster_setting(os.environ.get("RSCHED_REDIS_CLUSTER"), r.get("cluster"), path)
-    scheme = urlsplit(s.redis_url).scheme
+    try:
+        scheme = urlsplit(s.redis_url).scheme
+    except ValueError:
+        scheme = s.redis_url.partition("://")[0]
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
+        check_url(s.redis_url, url_from)
     if scheme in SENTINEL_SCHEMES:
         parse_sentinel_url(s.redis_url)  # refuse a malformed one before connecting
     elif scheme not in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         raise ConfigError(
-            f"--redis-url: {redact_url(s.redis_url)!r} must start with redis://, rediss://, "
-            "unix://, redis+sentinel:// or (Redis Cluster) redis+cluster://"
+            f"{url_from}: the scheme {scheme[:20]!r} is not one rsched knows; the URL must start "
+            "with redis://, rediss://, unix://, redis+sentinel:// or (Redis Cluster) "
+            "redis+cluster://"
         )
     return s

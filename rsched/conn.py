@@ -9,7 +9,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rsched.config import Settings
-from rsched.errors import RedisUnavailable
+from rsched.errors import ConfigError, RedisUnavailable
 from rsched.scripts import map_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,7 +34,6 @@ def _no_setinfo() -> dict[str, Any]:
     except ImportError:
         return {"lib_name": None, "lib_version": None}
     return {"driver_info": None}
-
 
 
 def connect(
@@ -86,6 +85,8 @@ def connect(
             enabled = _cluster_enabled(client) if mode is None else False
         except redis.RedisError as exc:
             err = map_error(exc)
+            if isinstance(err, ConfigError):
+                raise err from None
             where = settings.safe_url
             raise RedisUnavailable(f"cannot use Redis at {where}: {_short(err)}") from None
         if enabled:
@@ -314,6 +315,8 @@ def connect_sentinel(settings: Settings, kwargs: dict[str, Any], check: bool = T
             client.ping()
         except redis.RedisError as exc:
             err = map_error(exc)
+            if isinstance(err, ConfigError):
+                raise err from None
             raise RedisUnavailable(
                 f"cannot use Redis (Sentinel) at {settings.safe_url}: {_short(err)}"
             ) from None
@@ -352,6 +355,8 @@ def connect_oneshot(settings: Settings) -> Any:
         err = map_error(exc)
         if err is exc:
             raise
+        if isinstance(err, ConfigError):
+            raise err from None
         raise RedisUnavailable(f"cannot use Redis at {settings.safe_url}: {_short(err)}") from None
     if client.cluster_enabled:  # a cluster node: redis-py's cluster client routes by slot
         client.close()

@@ -660,7 +660,10 @@ _EXIT_TEXT: dict[int, str] = {
     "token, retry of a task that is not dead, a server already running.",
     ExitCode.UNAVAILABLE: "Redis unreachable or authentication refused.",
     ExitCode.LOCKED: "Lock held (exec --if-locked fail, or wait past --wait-timeout).",
-    ExitCode.CONFIG: "Configuration error: a bad config file, a key in the namespace holding "
+    ExitCode.CONFIG: "Configuration error: a bad config file, a malformed Redis URL (the message "
+    "names the part: scheme, host, port, database, or a password character that must be "
+    "percent-encoded; it never repeats the user or password), a database the server lacks, "
+    "a key in the namespace holding "
     "another type of data, the server's notify-keyspace-events off (run expired), a missing "
     "optional dependency or permission.",
     ExitCode.INTERRUPTED: "Interrupted (SIGINT, Ctrl-C).",

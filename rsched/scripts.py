@@ -80,6 +80,11 @@ def _map_reply(msg: str, exc: Exception) -> Exception:
             f"{which}a key in rsched's namespace holds another type of data "
             "(the namespace collides with something else; choose another --namespace)"
         )
+    if "DB index is out of range" in msg:  # SELECT, or HELLO's AUTH+SELECT at connect
+        return errors.ConfigError(
+            "--redis-url: the database number is out of range for this server "
+            "(it has as many as its `databases` setting: 16 by default, 0 to 15)"
+        )
     if msg.startswith("NOPERM") or "NOPERM" in msg[:40]:
         return errors.ConfigError(f"the Redis user lacks a permission rsched needs: {msg}")
     for prefix, cls in _ERROR_KINDS.items():

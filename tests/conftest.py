@@ -38,8 +38,10 @@ def namespace() -> str:
 
 
 @pytest.fixture
-def rs(server: RedisServer, namespace: str) -> Rsched:
-    return Rsched(server.client(), namespace)
+def rs(server: RedisServer, namespace: str) -> Iterator[Rsched]:
+    r = Rsched(server.client(), namespace)
+    yield r
+    r.redis.close()
 
 
 @pytest.fixture

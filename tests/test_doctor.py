@@ -190,9 +190,7 @@ def test_readme_least_privilege_user_passes(make_server, namespace: str) -> None
     assert "could not verify" in c["maxmemory-policy"]["detail"]
     # doctor asked the server for nothing else the user is not granted (no GET, no
     # DISCARD, no ACL WHOAMI, no ACL DRYRUN): only what the README says doctor may try
-    refused = {
-        d["object"] for d in admin.acl_log() if d["username"] == "ops-min"
-    }
+    refused = {d["object"] for d in admin.acl_log() if d["username"] == "ops-min"}
     assert refused <= {"info", "config|get"}, refused
 
 

@@ -287,9 +287,7 @@ def main(argv: list[str] | None = None) -> None:
             click.echo(f"rsched: error: {err}", err=True)
             rc = err.exit_code
         else:
-            click.echo(
-                f"rsched: internal error: {type(exc).__name__}: {exc} (run with -v for details)",
-                err=True,
-            )
+            hint = "" if verbose else " (run with -v for details)"
+            click.echo(f"rsched: internal error: {type(exc).__name__}: {exc}{hint}", err=True)
             rc = ExitCode.FAILURE
     sys.exit(int(rc or 0))
