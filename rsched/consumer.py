@@ -282,7 +282,9 @@ def _ms(value: Any, field: str) -> int:
 
 
 def _positive_int(value: Any, field: str, limit: int = 10_000) -> int:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (
+        isinstance(value, str) and not (value.strip().isascii() and value.strip().isdigit())
+    ):
         raise BadInput(field, f"{value!r} is not a whole number from 1 to {limit}")
     try:
         n = int(value)

@@ -368,7 +368,7 @@ def unlock(rs: Rsched, name: str, token: str | None = None, force: bool = False)
         raise errors.BadInput(
             "--token", "give the fencing token shown by `rsched locks`, or --force"
         )
-    if token is not None and not str(token).isdigit():
+    if token is not None and not (str(token).isascii() and str(token).isdigit()):
         raise errors.BadInput(
             "--token", f"{token!r} is not a fencing token (a whole number from `rsched locks`)"
         )

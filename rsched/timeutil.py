@@ -13,8 +13,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from zoneinfo import ZoneInfo
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DUR_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_DUR_FULL = re.compile(r"(?:\d+(?:ms|s|m|h|d))+")
+_DUR_PART = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+_DUR_FULL = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d))+")
 
 DURATION_FORM = "a positive duration like 500ms, 30s, 30m, 2h, 1d or a sum like 1h30m"
 

@@ -6,6 +6,7 @@ import click
 
 from rsched.cli import render
 from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.params import AsciiIntRange
 from rsched.config import Settings
 from rsched.errors import BadInput
 
@@ -34,7 +35,7 @@ def settings_for(app: App, redis_url: str | None) -> Settings:
 )
 @click.option(
     "--repeat",
-    type=click.IntRange(1, 20),
+    type=AsciiIntRange(1, 20),
     metavar="N",
     help="Repetitions; throughput and lateness figures are their medians [default 3; --quick 1].",
 )

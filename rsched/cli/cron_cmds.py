@@ -11,6 +11,16 @@ import click
 
 from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
+from rsched.cli.params import (
+    ASCII_INT,
+    AsciiIntRange,
+    lock_cb,
+    name_cb,
+    once_per_cb,
+    queue_cb,
+    token_cb,
+    zone_cb,
+)
 from rsched.cli.render import emit_json, record, table
 from rsched.errors import BadInput, ConfigError
 from rsched.timeutil import human_duration, parse_duration, show
@@ -25,7 +35,12 @@ def _dur(value: str | None, field: str) -> int | None:
 # --- exec -----------------------------------------------------------------------------
 @click.command("exec", context_settings={"ignore_unknown_options": False})
 @click.option(
-    "--lock", "lock", required=True, metavar="NAME", help="Lock name (1-128 of A-Z a-z 0-9 _ . -)."
+    "--lock",
+    "lock",
+    required=True,
+    metavar="NAME",
+    callback=lock_cb,
+    help="Lock name (1-128 of A-Z a-z 0-9 _ . -).",
 )
 @click.option(
     "--ttl",
@@ -38,10 +53,16 @@ def _dur(value: str | None, field: str) -> int | None:
     "--once-per",
     "once_per",
     metavar="CRON|DUR",
+    callback=once_per_cb,
     help="Run at most once per tick of this schedule (the latest tick at or before the server's now).",
 )
 @click.option(
-    "--tz", default="UTC", show_default=True, metavar="ZONE", help="Time zone of --once-per."
+    "--tz",
+    default="UTC",
+    show_default=True,
+    metavar="ZONE",
+    callback=zone_cb,
+    help="Time zone of --once-per.",
 )
 @click.option(
     "--if-locked",
@@ -142,7 +163,12 @@ def exec_cmd(
     help="Cron expression: 5 fields, 6 with seconds first ('0 0 2 * * ?'), or @hourly/@daily/...",
 )
 @click.option(
-    "--tz", default="UTC", show_default=True, metavar="ZONE", help="IANA time zone of the schedule."
+    "--tz",
+    default="UTC",
+    show_default=True,
+    metavar="ZONE",
+    callback=zone_cb,
+    help="IANA time zone of the schedule.",
 )
 @click.option(
     "--ttl",
@@ -174,7 +200,10 @@ def exec_cmd(
 @click.option("--timeout", metavar="DUR", help="Kill the job's process group after this.")
 @click.option("--jitter", metavar="DUR", help="Delay each start by a random amount up to this.")
 @click.option(
-    "--shards", type=int, metavar="N", help="N shard items per tick, split among the live runners."
+    "--shards",
+    type=ASCII_INT,
+    metavar="N",
+    help="N shard items per tick, split among the live runners.",
 )
 @click.option("--broadcast", is_flag=True, help="Every live runner runs every tick once.")
 @click.option(
@@ -320,10 +349,11 @@ def locks(app: App, pattern: str | None) -> None:
 
 
 @click.command("unlock")
-@click.argument("name")
+@click.argument("name", callback=name_cb())
 @click.option(
     "--token",
     metavar="T",
+    callback=token_cb,
     help="The fencing token shown by `rsched locks` (safe: fails if it changed).",
 )
 @click.option("--force", is_flag=True, help="Release whoever holds it.")
@@ -426,8 +456,10 @@ def _pause_resume(app: App, name: str | None, queue: str | None, pausing: bool) 
 
 
 @click.command("pause")
-@click.argument("name", required=False)
-@click.option("--queue", metavar="Q", help="Pause a queue's consumers instead of a cron.")
+@click.argument("name", required=False, callback=name_cb())
+@click.option(
+    "--queue", metavar="Q", callback=queue_cb, help="Pause a queue's consumers instead of a cron."
+)
 @output_options
 @pass_app
 def pause(app: App, name: str | None, queue: str | None) -> None:
@@ -440,8 +472,8 @@ def pause(app: App, name: str | None, queue: str | None) -> None:
 
 
 @click.command("resume")
-@click.argument("name", required=False)
-@click.option("--queue", metavar="Q", help="Resume a queue instead of a cron.")
+@click.argument("name", required=False, callback=name_cb())
+@click.option("--queue", metavar="Q", callback=queue_cb, help="Resume a queue instead of a cron.")
 @output_options
 @pass_app
 def resume(app: App, name: str | None, queue: str | None) -> None:
@@ -455,10 +487,16 @@ def resume(app: App, name: str | None, queue: str | None) -> None:
 
 # --- history ---------------------------------------------------------------------------------
 @click.command("history")
-@click.argument("name", required=False)
-@click.option("--queue", metavar="Q", help="Task runs of this queue.")
+@click.argument("name", required=False, callback=name_cb())
+@click.option("--queue", metavar="Q", callback=queue_cb, help="Task runs of this queue.")
 @click.option("--failed", is_flag=True, help="Only failed, timed-out and lost runs.")
-@click.option("--limit", type=int, default=50, show_default=True, help="Newest N records.")
+@click.option(
+    "--limit",
+    type=AsciiIntRange(1, 100_000),
+    default=50,
+    show_default=True,
+    help="Newest N records.",
+)
 @output_options
 @pass_app
 def history(app: App, name: str | None, queue: str | None, failed: bool, limit: int) -> None:

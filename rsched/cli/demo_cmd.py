@@ -6,6 +6,7 @@ import click
 
 from rsched.cli import render
 from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.params import AsciiIntRange
 from rsched.errors import RschedError
 
 
@@ -20,7 +21,7 @@ from rsched.errors import RschedError
 @click.option(
     "--tasks",
     "n_tasks",
-    type=click.IntRange(1, 1_000_000),
+    type=AsciiIntRange(1, 1_000_000),
     default=300,
     show_default=True,
     help="Delayed tasks to add.",

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from rsched.cli.main import App
+from rsched.cli.params import ASCII_INT
 from rsched.errors import BadInput
 
 
@@ -30,7 +31,7 @@ def loop_options(f: Any) -> Any:
     )(f)
     f = click.option(
         "--metrics-port",
-        type=int,
+        type=ASCII_INT,
         metavar="PORT",
         help="Serve the `rsched metrics` exposition live on 127.0.0.1:PORT/metrics.",
     )(f)

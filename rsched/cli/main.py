@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rsched import __version__
+from rsched.cli.params import AsciiIntRange
 from rsched.errors import ExitCode, RschedError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -175,7 +176,7 @@ def wait_replicas_options(f: Any) -> Any:
     f = click.option(
         "--wait-replicas",
         "wait_replicas",
-        type=click.IntRange(0, 1000),
+        type=AsciiIntRange(0, 1000),
         metavar="N",
         help="After the write, WAIT until N replicas have it (narrows what a failover "
         "can lose) [default: redis.wait_replicas, else 0].",

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.params import AsciiIntRange
 from rsched.cli.render import record
 from rsched.errors import ConfigError, ExitCode, NotFound
 
@@ -50,7 +51,7 @@ def _start_options(f: Any) -> Any:
     )(f)
     f = click.option(
         "--port",
-        type=click.IntRange(0, 65535),
+        type=AsciiIntRange(0, 65535),
         metavar="PORT",
         default=6379,
         show_default=True,

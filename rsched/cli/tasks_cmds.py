@@ -8,6 +8,7 @@ import click
 
 from rsched.cli import render
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
+from rsched.cli.params import AsciiIntRange, queue_cb, zone_cb
 from rsched.errors import BadInput
 
 queue_option = click.option(
@@ -72,6 +73,7 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
 @click.option(
     "--tz",
     metavar="ZONE",
+    callback=zone_cb,
     help="IANA zone for an --at time (or --from lines' at) written without an offset.",
 )
 @queue_option
@@ -335,7 +337,7 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
 @click.option("--type", "task_type", metavar="T", help="Only tasks of this type.")
 @click.option(
     "--limit",
-    type=click.IntRange(1, 100_000),
+    type=AsciiIntRange(1, 100_000),
     default=100,
     show_default=True,
     help="At most N tasks.",
@@ -429,10 +431,16 @@ def requeue_stale(app: App, queue: str | None, dry_run: bool) -> None:
 
 
 @click.command()
-@click.option("--queue", "queue", metavar="Q", help="Only this queue [default: every queue].")
+@click.option(
+    "--queue",
+    "queue",
+    metavar="Q",
+    callback=queue_cb,
+    help="Only this queue [default: every queue].",
+)
 @click.option(
     "--limit",
-    type=click.IntRange(1, 100_000),
+    type=AsciiIntRange(1, 100_000),
     default=100,
     show_default=True,
     help="At most N tasks.",
