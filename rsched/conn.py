@@ -36,6 +36,22 @@ def _no_setinfo() -> dict[str, Any]:
     return {"driver_info": None}
 
 
+def check_settings_url(settings: Settings) -> None:
+    """Refuse a malformed URL (ConfigError, exit 78) whoever built the settings: the
+    CLI checked it already (naming where it came from); the library's
+    ``Rsched.from_url`` and hand-made :class:`Settings` are checked here."""
+    from rsched.config import check_url
+
+    if settings.redis_url.partition("://")[0] in (
+        "redis",
+        "rediss",
+        "unix",
+        "redis+cluster",
+        "rediss+cluster",
+    ):
+        check_url(settings.redis_url, "--redis-url")
+
+
 def connect(
     settings: Settings, *, check: bool = True, socket_timeout: float | None = None
 ) -> redis.Redis:
@@ -49,6 +65,7 @@ def connect(
     ``cluster = "auto"`` (the default) the check asks the server (``HELLO``)
     and switches to the cluster client when it says ``mode cluster``.
     """
+    check_settings_url(settings)
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -333,6 +350,7 @@ def connect_oneshot(settings: Settings) -> Any:
     """
     from rsched.resp import LiteRedis, parse_url
 
+    check_settings_url(settings)
     mode = cluster_mode(settings)
     opts = None if os.environ.get("RSCHED_REDIS_PY") == "1" else parse_url(settings.redis_url)
     if opts is None or mode is True:

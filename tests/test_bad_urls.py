@@ -121,3 +121,14 @@ def test_good_forms_still_connect(server: RedisServer, cli: Cli) -> None:
     res = cli("list", env={"RSCHED_REDIS_URL": f"redis://:{SECRET}%2Fx@127.0.0.1:{server.port}/0"})
     assert res.returncode in (0, 69), res.stderr  # no password set: accepted or refused
     assert SECRET not in res.stderr
+
+
+@pytest.mark.parametrize("url,what", BAD[:13], ids=[u for u, _ in BAD[:13]])
+def test_the_library_refuses_it_the_same_way(url: str, what: str) -> None:
+    """``Rsched.from_url`` (no CLI in between) raises ConfigError, secret-free."""
+    from rsched.client import Rsched
+    from rsched.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        Rsched.from_url(url)
+    assert what in str(info.value) and SECRET not in str(info.value)
