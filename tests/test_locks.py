@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -413,3 +414,54 @@ def test_exec_if_locked_wait_is_woken_by_the_release(
         assert p.wait(30) == 0 and marker.exists()
     finally:
         cli.close()
+
+
+#: A cron job: when no other run of it is alive (its flock is free) it says "free", takes
+#: the flock and runs until SIGKILL (it ignores SIGTERM); else it says "busy" and exits.
+CRON_JOB = """
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fh = open(sys.argv[1], "a+")
+try:
+    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    open(sys.argv[2], "a").write(f"busy {os.getpid()}\\n")
+    sys.exit(0)
+open(sys.argv[2], "a").write(f"free {os.getpid()}\\n")
+while True:
+    time.sleep(1)
+"""
+
+
+def test_partitioned_cron_runner_kills_its_job_before_another_runner_runs_it(
+    server: Any, cli: Cli, tmp_path: Any
+) -> None:
+    """Two `run cron` runners of one every-second cron (--concurrency forbid); the one
+    whose job runs has its link cut. The other runs the next job only once the lease
+    ran out, and by then the first job is dead (the job checks it with an flock)."""
+    flock, log = tmp_path / "job.lock", tmp_path / "runs"
+    cmd = ["--", sys.executable, "-c", CRON_JOB, str(flock), str(log)]
+    opts = ["-v", "run", "cron", "pc", "--schedule", "*/1 * * * * *", "--ttl", "2s"]
+    with TcpProxy(server.port) as proxy:
+        a = cli.spawn(*opts, *cmd, env={"RSCHED_REDIS_URL": proxy.url})
+        runs = lambda: log.read_text().split("\n")[:-1] if log.exists() else []  # noqa: E731
+        try:
+            wait_for(runs, timeout=30, what="the first runner's job")
+            b = cli.spawn(*opts, *cmd)
+            wait_for(
+                lambda: any(r["result"] == "skipped" for r in cli.json("history", "pc")),
+                timeout=30,
+                what="the second runner skipping a tick (forbid)",
+            )
+            proxy.cut()
+            wait_for(lambda: len(runs()) >= 2, timeout=20, what="the second runner's job")
+            assert runs()[1].startswith("free"), f"the first job was still alive: {runs()}"
+            assert b.poll() is None and a.poll() is None
+        finally:
+            proxy.restore()
+            cli.close()
+            for line in runs():
+                try:
+                    os.kill(int(line.split()[1]), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
