@@ -68,6 +68,8 @@ WAKE_KEEP_MS = 5_000
 GONE = -1
 #: A wake-up wait that got no answer this long after its timeout is abandoned.
 _WAIT_SLACK_S = 0.5
+#: The shortest timeout given to a blocking command (Redis reads 0 as "forever").
+_MIN_BLOCK_S = 0.01
 
 
 def new_owner_id() -> str:
@@ -225,7 +227,8 @@ class Watchdog:
 
     def _sleep(self, wait: float) -> bool:
         """Wait until the next renewal; True when the watchdog is stopped."""
-        if self._wait is None:
+        if self._wait is None or wait < _MIN_BLOCK_S:
+            # (a blocking command's timeout that rounds down to 0 ms would block forever)
             return self._stop.wait(wait)
         if self._stop.is_set():
             return True
@@ -339,11 +342,12 @@ def wait_for_release(
     left = deadline - time.monotonic()
     if left <= 0:
         return
-    ttl_s = holder_ttl_ms / 1000 + 0.005 if holder_ttl_ms >= 0 else 0.0
-    if holder_ttl_ms == -2:  # gone between the try and now
+    if holder_ttl_ms == -2:  # gone between the try and now: try again at once
         return
-    timeout = min(left, ttl_s if holder_ttl_ms >= 0 else 1.0, _max_block_s(client))
-    timeout = max(round(timeout, 3), 0.01)  # BLPOP 0 would block forever
+    # -1: a lock without a TTL (someone PERSISTed it): try again every second
+    ttl_s = holder_ttl_ms / 1000 + 0.005 if holder_ttl_ms >= 0 else 1.0
+    timeout = min(left, ttl_s, _max_block_s(client))
+    timeout = max(round(timeout, 3), _MIN_BLOCK_S)  # BLPOP 0 would block forever
     if woken is None:
         client.blpop([wake_key], timeout=timeout)
         return
