@@ -20,6 +20,11 @@ Sections (``only`` picks some):
               other clients' rate, measured first, is subtracted).
 ``scale``     p50 latency of one claim and one add with a small and a large
               queue of scheduled tasks, and Redis memory per scheduled task.
+``locks``     lock hand-over: waiter processes blocked on one lock (the library's
+              ``Lock(wait=...)``); each release wakes the next, which takes the
+              lock and releases it at once. Hand-over = the waiter holding it
+              minus the previous holder about to send its release (both
+              ``CLOCK_MONOTONIC``, one machine), median and p99.
 
 Throughput and lateness figures are medians of ``repeat`` runs.
 
@@ -48,17 +53,19 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rsched.conn import is_cluster, pool_connection
 from rsched.errors import BadInput, Conflict, RschedError
+from rsched.locks import Lock
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
     from rsched.config import Settings
 
-SECTIONS = ("enqueue", "drain", "lateness", "cold", "idle", "scale")
+SECTIONS = ("enqueue", "drain", "lateness", "cold", "idle", "scale", "locks")
 
 #: What the issue asks of rsched (shown next to the figures; benchmarks, not tests).
 TARGETS: dict[str, tuple[str, float]] = {
@@ -75,6 +82,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "idle.cron_requests_per_s": ("<=", 1),
     "scale.claim_ratio": ("<=", 1.5),
     "scale.memory_bytes_per_task": ("<=", 250),
+    "locks.handover_p99_ms": ("<=", 50),
 }
 
 
@@ -97,6 +105,9 @@ class Params:
     scale_small: int = 1_000
     scale_large: int = 1_000_000
     scale_samples: int = 1_000
+    #: lock hand-over: waiter processes per chain, and chains
+    lock_waiters: int = 20
+    lock_chains: int = 5
     repeat: int = 3
     #: the bench's queues are split into this many partitions (1: plain queues)
     partitions: int = 1
@@ -115,6 +126,8 @@ class Params:
             idle_s=12.0,
             scale_large=100_000,
             scale_samples=300,
+            lock_waiters=10,
+            lock_chains=2,
             repeat=1,
         )
 
@@ -204,11 +217,12 @@ class _Procs:
         self.workdir = workdir
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
 
-    def spawn(self, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    def spawn(self, *args: str, python: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+        """``rsched ARGS...`` (``python``: ``python ARGS...``) with its output in a log."""
         log = Path(self.workdir) / f"proc-{len(self.procs)}.log"
         with open(log, "wb") as fh:
             p = subprocess.Popen(
-                [sys.executable, "-m", "rsched", *args],
+                [sys.executable, *args] if python else [sys.executable, "-m", "rsched", *args],
                 env=self.env,
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
@@ -918,6 +932,87 @@ class Bench:
             out["memory_node"] = where
         return out
 
+    # -------------------------------------------------------------- locks
+
+    def locks(self) -> dict[str, Any]:
+        name = "bench-handover"
+        key = self.rs.keys.lock(name)
+        _where, node = node_of(self.rs.redis, key.lock)
+        samples: list[float] = []
+        for chain in range(self.p.lock_chains):
+            first = Lock(self.rs, name, ttl_ms=60_000, watchdog=False)
+            first.acquire()
+            outs, procs = [], []
+            done = Path(self.workdir) / f"handover-{chain}.done"
+            for i in range(self.p.lock_waiters):
+                out = Path(self.workdir) / f"handover-{chain}-{i}.txt"
+                outs.append(out)
+                args = (name, str(out), str(done), WAITER_CLIENT_NAME)
+                procs.append(self.procs.spawn("-c", _WAITER, *args, python=True))
+
+            def blocked() -> bool:
+                return (
+                    sum(
+                        1
+                        for c in node.client_list()
+                        if c.get("name") == WAITER_CLIENT_NAME and c.get("cmd") == "blpop"
+                    )
+                    >= self.p.lock_waiters
+                )
+
+            self._wait(blocked, 120, "the lock waiters to block", procs[0])
+            t_rel = time.monotonic_ns()
+            first.release()
+            self._wait(partial(_all_exist, outs), 120, "the lock hand-overs")
+            done.touch()  # the waiters exit now: not while the next one takes the lock
+            for p, log in procs:
+                if p.wait(timeout=120) != 0:
+                    raise RschedError(f"bench: a lock waiter exited {p.returncode} ({_tail(log)})")
+            runs = sorted(tuple(map(int, o.read_text().split())) for o in outs)
+            prev = t_rel
+            for acquired, released in runs:
+                samples.append((acquired - prev) / 1e6)
+                prev = released
+        return {
+            "handovers": len(samples),
+            "handover_p50_ms": round(_pct(samples, 50), 2),
+            "handover_p99_ms": round(_pct(samples, 99), 2),
+            "handover_max_ms": round(max(samples), 2),
+            "waiters": self.p.lock_waiters,
+        }
+
+
+def _all_exist(paths: list[Path]) -> bool:
+    return all(p.exists() for p in paths)
+
+
+#: The lock waiters' connection name (CLIENT SETNAME), so that the bench sees them block.
+WAITER_CLIENT_NAME = "rsched-bench-lock-waiter"
+
+_WAITER = "import sys; from rsched.bench import lock_waiter; lock_waiter(*sys.argv[1:])"
+
+
+def lock_waiter(name: str, out: str, done: str, client_name: str) -> None:
+    """One waiter of the ``locks`` section (a process of its own): wait for lock
+    ``name``, then release it at once; write both ``CLOCK_MONOTONIC`` times (ns),
+    and exit once the file ``done`` exists (a process exiting takes CPU from the
+    next hand-over)."""
+    from rsched.client import Rsched
+    from rsched.config import resolve
+
+    rs = Rsched.from_settings(resolve())
+    rs.redis.client_setname(client_name)  # the pool's connection: the one that blocks
+    lk = Lock(rs, name, ttl_ms=60_000, wait=300, watchdog=False)
+    lk.acquire()
+    acquired = time.monotonic_ns()
+    released = time.monotonic_ns()
+    lk.release()
+    tmp = Path(out + ".tmp")
+    tmp.write_text(f"{acquired} {released}\n")
+    tmp.rename(out)
+    while not os.path.exists(done):
+        time.sleep(0.05)
+
 
 def _used_memory(node: Any) -> int | None:
     """``used_memory`` of one server (None when INFO memory is refused)."""
@@ -1072,6 +1167,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("scale.add_p50_us_small", "add p50, small queue", "us"),
     ("scale.add_p50_us_large", "add p50, large queue", "us"),
     ("scale.memory_bytes_per_task", "Redis memory per scheduled task", "bytes"),
+    ("locks.handover_p50_ms", "lock hand-over p50: release to waiter", "ms"),
+    ("locks.handover_p99_ms", "lock hand-over p99: release to waiter", "ms"),
 ]
 
 

@@ -484,6 +484,7 @@ class CronRunner:
         if s.sharded:
             return self._handle_sharded(fire, mode, deadline)
         owner = new_owner_id()
+        sent = time.monotonic()  # a run lock taken here has its lease from then at the latest
         res = self._script(
             "cron-tick-8",
             [
@@ -515,7 +516,9 @@ class CronRunner:
         st, now = str(res[0]), int(res[1])
         self.debug(f"cron {s.name}: tick {iso(fire)}: {st}")
         if st == "run":
-            self._start_job(fire, int(res[2]), owner if s.concurrency != "allow" else "", now)
+            self._start_job(
+                fire, int(res[2]), owner if s.concurrency != "allow" else "", now, since=sent
+            )
         elif st == "replace":
             self.log(f"cron {s.name}: tick {iso(fire)}: the running job is asked to stop")
             t = threading.Thread(
@@ -545,6 +548,7 @@ class CronRunner:
                 give_up = "the runner stopped before the running job did"
             elif time.monotonic() >= give_up_at:
                 give_up = "the running job did not stop in time to be replaced"
+            sent = time.monotonic()
             try:
                 res = self._script(
                     "cron-start-5",
@@ -569,7 +573,7 @@ class CronRunner:
                 continue
             st = str(res[0])
             if st == "run":
-                self._start_job(fire, int(res[2]), owner, int(res[1]))
+                self._start_job(fire, int(res[2]), owner, int(res[1]), since=sent)
                 return
             if st == "superseded":
                 self.log(f"cron {s.name}: tick {iso(fire)} skipped: superseded by a newer tick")
@@ -655,8 +659,9 @@ class CronRunner:
         owner: str,
         started_ms: int,
         shard: tuple[int, int] | None = None,
+        since: float | None = None,
     ) -> None:
-        run = JobRun(self, fire, token, owner, started_ms, shard)
+        run = JobRun(self, fire, token, owner, started_ms, shard, since=since)
         t = threading.Thread(
             target=run.run, name=f"rsched-job-{self.spec.name}-{fire}", daemon=True
         )
@@ -720,8 +725,11 @@ class JobRun:
         owner: str,
         started_ms: int,
         shard: tuple[int, int] | None,
+        since: float | None = None,
     ):
         self.r = runner
+        #: Monotonic send time of the call that took the run lock (its lease runs from then).
+        self.since = since
         self.fire = fire
         self.token = token
         self.owner = owner
@@ -751,12 +759,12 @@ class JobRun:
 
         return wait
 
-    def cancel(self, reason: str) -> None:
+    def cancel(self, reason: str, grace_s: float | None = None) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
         self._cancel.set()
         if self.child is not None:
-            self.child.stop(reason, self.r.spec.grace_s)
+            self.child.stop(reason, self.r.spec.grace_s if grace_s is None else grace_s)
 
     def run(self) -> None:
         r, s = self.r, self.r.spec
@@ -781,8 +789,9 @@ class JobRun:
                     f"cron {s.name}: run lock of tick {iso(self.fire)} lost ({reason})"
                     + ("; stopping the job" if s.on_lock_lost == "kill" else "; the job continues")
                 )
-                if s.on_lock_lost == "kill":
-                    self.cancel("lock lost")
+                if s.on_lock_lost == "kill" and dog is not None:
+                    # SIGKILL before the lease can have expired (the grace is cut to fit)
+                    self.cancel("lock lost", dog.stop_grace(s.grace_s))
 
             def on_cancel() -> None:
                 r.log(
@@ -800,7 +809,7 @@ class JobRun:
                 on_cancel=on_cancel,
                 name=f"rsched-watchdog-{s.name}",
                 wait=wait,
-            ).start()
+            ).start(since=self.since)
             self.dog = dog
         if s.jitter_ms:
             self._cancel.wait(random.uniform(0, s.jitter_ms) / 1000)

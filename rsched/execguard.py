@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsched import cronexpr, errors, proc, replication, validate
-from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Holder, Watchdog, _dumps, _int, new_owner_id
+from rsched.locks import (
+    DEFAULT_TTL_MS,
+    MIN_TTL_MS,
+    WAKE_KEEP_MS,
+    Holder,
+    Watchdog,
+    _dumps,
+    _int,
+    new_owner_id,
+    wait_for_release,
+)
 from rsched.runloop import stop_signals
 from rsched.timeutil import iso
 
@@ -103,6 +113,16 @@ def run_exec(
         raise errors.BadInput("--ttl", f"must be at least {MIN_TTL_MS}ms")
     if if_locked not in IF_LOCKED:
         raise errors.BadInput("--if-locked", f"{if_locked!r} is not one of {', '.join(IF_LOCKED)}")
+    if wait_timeout_ms is not None and (
+        isinstance(wait_timeout_ms, bool)
+        or not isinstance(wait_timeout_ms, int)
+        or wait_timeout_ms <= 0
+    ):
+        raise errors.BadInput(
+            "--wait-timeout",
+            f"{wait_timeout_ms!r} is not a positive number of milliseconds "
+            "(None waits without a limit)",
+        )
     if on_lock_lost not in ON_LOCK_LOST:
         raise errors.BadInput(
             "--on-lock-lost", f"{on_lock_lost!r} is not one of {', '.join(ON_LOCK_LOST)}"
@@ -130,9 +150,12 @@ class _Signals:
         self.grace_s = grace_s
         self.got: list[str] = []
         self.child: proc.Child | None = None
+        #: Ends a wait for the lock (a signal, or the wake-up wait's own end).
+        self.woken = threading.Event()
 
     def on_signal(self, name: str) -> None:
         self.got.append(name)
+        self.woken.set()
         child = self.child
         if child is not None:
             threading.Thread(
@@ -167,7 +190,7 @@ def _run_exec(
     deadline = None
     if if_locked == "wait":
         deadline = time.monotonic() + (wait_timeout_ms / 1000 if wait_timeout_ms else float("inf"))
-    delay = 0.05
+    first = True
     fire_ms: int | None = None
     while True:
         if sig.got:  # stopped while waiting for the lock: 130 for Ctrl-C, else 128 + signal
@@ -177,6 +200,7 @@ def _run_exec(
         now = rs.now_ms()
         fire_ms = rule.tick_at(now) if rule else None
         keep = rule.keep_ms(now) if rule else 0
+        sent = time.monotonic()  # the lease runs from (at the latest) now
         res = rs.scripts(
             "exec-acquire-3",
             [k.lock, k.fence, k.ticks],
@@ -204,14 +228,17 @@ def _run_exec(
         assert deadline is not None
         if time.monotonic() >= deadline:
             raise errors.LockHeld(note + f"; still held after waiting {wait_timeout_ms} ms")
-        if delay == 0.05:  # the first time round
+        if first:
+            first = False
             say(
                 note
                 + "; waiting"
                 + (f" up to {wait_timeout_ms} ms" if wait_timeout_ms else " for it")
             )
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 0.5)
+        # Woken by the holder's release (or when its lease can have run out, or a signal).
+        sig.woken.clear()
+        if not sig.got:
+            wait_for_release(rs.redis, k.wake, holder.ttl_ms, deadline, woken=sig.woken)
 
     try:
         rs.redis.sadd(rs.keys.locks, name)
@@ -245,13 +272,13 @@ def _run_exec(
             f"lock {name!r} lost: {reason}"
             + ("; stopping the command" if on_lock_lost == "kill" else "")
         )
-        if on_lock_lost == "kill":
-            child.stop("lock lost", grace_s)
+        if on_lock_lost == "kill":  # SIGKILL before the lease can have expired
+            child.stop("lock lost", dog.stop_grace(grace_s))
 
     def renew() -> int:
         return int(rs.scripts("lock-renew-1", [k.lock], [owner, ttl_ms])[0])
 
-    dog = Watchdog(renew, ttl_ms, on_lost=on_lost, name=f"rsched-exec-{name}").start()
+    dog = Watchdog(renew, ttl_ms, on_lost=on_lost, name=f"rsched-exec-{name}").start(since=sent)
 
     try:
         if sig.got:  # a signal came while the lock was being taken: do not start it
@@ -282,7 +309,7 @@ def _run_exec(
     }
     if outcome != "ok":
         rec["error"] = result.describe()
-    _release_with_retry(rs, k.lock, k.history, owner, rec)
+    _release_with_retry(rs, k.lock, k.history, k.wake, owner, rec)
     note = result.stderr_tail if child.popen is None else ""  # could not even start it
     return ExecOutcome(
         "ran", sig.status(result.exit_code), result=outcome, token=token, fire_ms=fire_ms, note=note
@@ -290,13 +317,15 @@ def _run_exec(
 
 
 def _release_with_retry(
-    rs: Rsched, lock_key: str, hist_key: str, owner: str, rec: dict[str, Any]
+    rs: Rsched, lock_key: str, hist_key: str, wake_key: str, owner: str, rec: dict[str, Any]
 ) -> None:
     delay = 0.1
     for _ in range(6):
         try:
             rs.scripts(
-                "lock-release-2", [lock_key, hist_key], [owner, rs.history_maxlen, _dumps(rec)]
+                "lock-release-3",
+                [lock_key, hist_key, wake_key],
+                [owner, rs.history_maxlen, _dumps(rec), WAKE_KEEP_MS],
             )
             return
         except errors.RedisUnavailable:

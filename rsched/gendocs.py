@@ -625,7 +625,11 @@ _GUARANTEES = [
     (
         "Locks are owned.",
         "Release and renewal check the owner token atomically; a watchdog renews a lock while its job "
-        "runs; each acquisition gets a strictly increasing fencing token, handed to the job.",
+        "runs and declares it lost before the lease can have expired by its own clock (TTL minus "
+        "TTL/5, 0.1 to 2 s, after the send of the last renewal that got through), even while a "
+        "renewal hangs; exec and run cron then stop the job, with a SIGKILL before another host can "
+        "take the lock. A release wakes a waiter at once. Each acquisition gets a strictly "
+        "increasing fencing token, handed to the job.",
     ),
     (
         "Tasks are data, never code.",

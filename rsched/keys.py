@@ -28,6 +28,7 @@ Lua script touching them works on Redis Cluster:
 
     {ns}:{l:NAME}:lock         HASH  one lock's owner record, PEXPIRE (see lua/_lock.lua)
     {ns}:{l:NAME}:fence        STRING its fencing counter
+    {ns}:{l:NAME}:wake         LIST  a release pushes one element; waiters BLPOP on it
     {ns}:{l:NAME}:ticks        ZSET  ticks claimed by `exec --once-per`
     {ns}:{l:NAME}:history      STREAM `exec` execution records
 
@@ -204,6 +205,11 @@ class LockKeys:
     def ticks(self) -> str:
         """ZSET of ticks claimed by `exec --once-per`."""
         return f"{self.prefix}:ticks"
+
+    @property
+    def wake(self) -> str:
+        """LIST: a release pushes one element (expiring); a waiter BLPOPs on it."""
+        return f"{self.prefix}:wake"
 
 
 class Keys:

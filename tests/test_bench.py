@@ -57,6 +57,9 @@ def test_quick_embedded_reports_every_figure(cli: Cli) -> None:
         assert isinstance(s[k], int) and s[k] > 0
     assert isinstance(s["claim_ratio"], NUMBER) and s["claim_ratio"] > 0
     assert isinstance(s["memory_bytes_per_task"], int) and 0 < s["memory_bytes_per_task"] < 10_000
+    lk = r["locks"]  # every waiter got the lock once, from the release before it
+    assert lk["handovers"] == lk["waiters"] * r["params"]["lock_chains"] > 0
+    assert 0 < lk["handover_p50_ms"] <= lk["handover_p99_ms"] <= lk["handover_max_ms"]
     # every target is judged, with a boolean
     assert set(r["met"]) == set(r["targets"])
     assert all(isinstance(v, bool) for v in r["met"].values())

@@ -42,7 +42,8 @@ def settings_for(app: App, redis_url: str | None) -> Settings:
 @click.option(
     "--only",
     metavar="LIST",
-    help="Comma-separated sections: enqueue, drain, lateness, cold, idle, scale [default: all].",
+    help="Comma-separated sections: enqueue, drain, lateness, cold, idle, scale, locks "
+    "[default: all].",
 )
 @click.option(
     "--partitions",

@@ -70,7 +70,7 @@ def _dur(value: str | None, field: str) -> int | None:
     type=click.Choice(["skip", "wait", "fail"]),
     default="skip",
     show_default=True,
-    help="When another host holds the lock: exit 0, wait for it, or exit 75.",
+    help="When another host holds the lock: exit 0, wait for it (woken by its release), or exit 75.",
 )
 @click.option(
     "--wait-timeout",
@@ -85,7 +85,8 @@ def _dur(value: str | None, field: str) -> int | None:
     type=click.Choice(["kill", "continue"]),
     default="kill",
     show_default=True,
-    help="When the lease is lost: stop CMD (SIGTERM, then SIGKILL) or let it run.",
+    help="When the lease is lost: stop CMD (SIGTERM, then SIGKILL before the lease can have "
+    "expired) or let it run.",
 )
 @wait_replicas_options
 @_CMD
@@ -212,7 +213,8 @@ def exec_cmd(
     type=click.Choice(["kill", "continue"]),
     default="kill",
     show_default=True,
-    help="When the run lock is lost: stop the job, or let it run.",
+    help="When the run lock is lost: stop the job (SIGKILL before the lease can have expired), "
+    "or let it run.",
 )
 @wait_replicas_options
 @loop_options

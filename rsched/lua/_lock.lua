@@ -19,3 +19,13 @@ local function lock_holder(lock)
   local h = redis.call('HMGET', lock, 'host', 'pid', 'token')
   return {h[1] or '', h[2] or '', h[3] or '', redis.call('PTTL', lock)}
 end
+
+-- A release wakes one waiter: the lock's wake LIST holds at most one element,
+-- which BLPOP hands to the longest-blocked waiter. It stays `keep` ms for a
+-- waiter that is between its failed try and its BLPOP (no wake-up is lost),
+-- then expires (a stale one only costs the next waiter one extra try).
+local function lock_wake(wake, keep)
+  redis.call('DEL', wake)
+  redis.call('LPUSH', wake, '1')
+  redis.call('PEXPIRE', wake, keep)
+end

@@ -1,20 +1,25 @@
--- lock-release-2: release a lock only if the caller owns it, and append the
--- run's execution record.
+-- lock-release-3: release a lock only if the caller owns it, wake one waiter,
+-- and append the run's execution record.
 --
 -- KEYS[1] lock     HASH owner record
 -- KEYS[2] history  STREAM execution records (capped)
+-- KEYS[3] wake     LIST the lock's waiters BLPOP on (see _lock.lua)
 -- ARGV[1] owner    string, the caller's owner id
 -- ARGV[2] maxlen   integer, history cap (0 = no record)
 -- ARGV[3] record   JSON object text, the execution record ("" = none);
 --                  its finished_ms is set here from the server clock
+-- ARGV[4] keep     integer ms, how long an unclaimed wake-up stays (for a waiter
+--                  between its failed try and its BLPOP)
 -- Returns {released 1|0, now}.
 --@include _now.lua
 --@include _record.lua
+--@include _lock.lua
 
 local now = now_ms()
 local released = 0
 if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  lock_wake(KEYS[3], tonumber(ARGV[4]))
   released = 1
 end
 if ARGV[3] ~= '' then
