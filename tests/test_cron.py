@@ -614,8 +614,9 @@ def test_clock_skew_no_early_fire_no_missed_tick(cli: Cli, tmp_path: Path, skew:
         r for r in history(cli, "skew") if r["result"] in ("ok", "failed")
     ]  # failed: stopped at the end
     assert len(h) == len(lines(log))
-    for r in h:  # by the server's clock: never early, never much late
-        assert 0 <= r["started_ms"] - r["fire_ms"] < 1000, r
+    for r in h:  # by the server's clock: never early, and on time (guarantee 3's 5 s grace:
+        # a loaded 2-core CI machine can start a job a second late; the skew is 30 s)
+        assert 0 <= r["started_ms"] - r["fire_ms"] < 5000, r
 
 
 # --- outages and signals --------------------------------------------------------------------------
