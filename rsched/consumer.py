@@ -37,6 +37,16 @@ handler), never by what is stored in Redis:
   describe the task, the payload JSON arrives on stdin, exit status 0 acks;
   the process group is killed on timeout, on a lost lease and at the end of
   the shutdown grace period;
+
+  an ID is data, and one that begins with ``-`` would reach the program as an
+  option (``--output=FILE`` made ``sort`` write a file, ``--help`` made an
+  argparse handler exit 0 and the task was acked unprocessed). So by default
+  (``id_arg = "auto"``) such an ID gets the end-of-options marker before it,
+  ``-- -ID``, which getopt, argparse, click and the coreutils all honour; any
+  other ID is passed exactly as before (``./close-order 1001``), and the ID is
+  always the last argument. ``"none"`` passes no ID argument (the handler
+  reads ``RSCHED_TASK_ID``); ``"plain"`` opts out (the ID as is, even
+  ``--help``: only for a program that takes no options);
 * a Python callable ``fn(task)`` (or ``"module:function"`` /
   ``"python:module:function"``): returning acks, raising fails. A callable
   cannot be killed, so ``timeout`` only applies to commands.
@@ -140,12 +150,35 @@ class Task:
 # --------------------------------------------------------------------------- handlers
 
 
+#: How a command handler gets the task ID as an argument (see the module doc).
+ID_ARGS = ("auto", "plain", "none")
+
+
+def check_id_arg(value: Any, field: str = "--id-arg") -> str:
+    if value not in ID_ARGS:
+        raise BadInput(
+            field,
+            f"{value!r} is not one of {', '.join(ID_ARGS)} (auto: -- before an ID that begins "
+            "with -; plain: the ID as is; none: no ID argument, RSCHED_TASK_ID only)",
+        )
+    return str(value)
+
+
 @dataclass(frozen=True)
 class CommandHandler:
     argv: tuple[str, ...]
+    id_arg: str = "auto"
 
     def __str__(self) -> str:
         return " ".join(self.argv)
+
+    def command(self, task_id: str) -> list[str]:
+        """The argv for one task: the ID last, safe from being read as an option."""
+        if self.id_arg == "none":
+            return list(self.argv)
+        if self.id_arg == "auto" and task_id.startswith("-"):
+            return [*self.argv, "--", task_id]
+        return [*self.argv, task_id]
 
 
 @dataclass(frozen=True)
@@ -182,17 +215,33 @@ def load_callable(spec: str, field: str = "--call") -> PythonHandler:
     return PythonHandler(obj, f"{mod_name}:{attr}")
 
 
-def make_handler(spec: Any, field: str = "--handler") -> Handler:
-    """A handler from a callable, an argv list, ``"python:mod:fn"`` or a command string."""
+def make_handler(spec: Any, field: str = "--handler", id_arg: str | None = None) -> Handler:
+    """A handler from a callable, an argv list, ``"python:mod:fn"``, a command string,
+    or a table ``{"command": ..., "id_arg": "auto" | "plain" | "none"}``. ``id_arg``:
+    the default for a command that does not set its own."""
     if isinstance(spec, CommandHandler | PythonHandler):
         return spec
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"command", "id_arg"}
+        if unknown or "command" not in spec:
+            raise BadInput(
+                field,
+                "a handler table takes command (required) and id_arg"
+                + (f", not {sorted(unknown)[0]}" if unknown else ""),
+            )
+        mode = check_id_arg(spec.get("id_arg", id_arg or "auto"), f"{field}.id_arg")
+        cmd = spec["command"]
+        if not isinstance(cmd, str | list | tuple):
+            raise BadInput(f"{field}.command", "is not a command string or an argument list")
+        return CommandHandler(tuple(split_command(cmd, field)), mode)
     if callable(spec):
         name = f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
         return PythonHandler(spec, name)
     if isinstance(spec, str) and spec.strip().startswith("python:"):
         return load_callable(spec.strip()[len("python:") :], field)
     if isinstance(spec, str | list | tuple):
-        return CommandHandler(tuple(split_command(spec, field)))
+        mode = check_id_arg(id_arg, "--id-arg") if id_arg is not None else "auto"
+        return CommandHandler(tuple(split_command(spec, field)), mode)
     raise BadInput(field, f"{spec!r} is not a command, an argument list or a Python callable")
 
 
@@ -806,7 +855,9 @@ class Consumer:
             }
         )
         child = Child(
-            [*handler.argv, task.id], env=env, stdin_data=task.payload_json.encode("utf-8") + b"\n"
+            handler.command(task.id),
+            env=env,
+            stdin_data=task.payload_json.encode("utf-8") + b"\n",
         )
         h.child = child
         if h.cancelled:  # lost / shut down while starting

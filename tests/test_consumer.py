@@ -923,3 +923,79 @@ def test_slow_python_handlers_do_not_hoard_tasks(cli: Cli, rs: Rsched, tmp_path:
     per = Counter(x.split()[2] for x in lines(tmp_path / "ran.txt"))
     assert len(pids) == 2 and min(per.values()) >= 3, per  # prefetch adapts to slow handlers
     assert all(stop(p) == 0 for p in procs)
+
+
+# ----------------------------------------------------------------------------- IDs as options
+
+ARGPARSE_HANDLER = """
+import argparse, os
+p = argparse.ArgumentParser()
+p.add_argument("--dry-run", action="store_true")
+p.add_argument("task_id")
+a = p.parse_args()
+with open(os.path.join(os.environ["OUT_DIR"], "ran.txt"), "a") as fh:
+    fh.write(a.task_id + "\\n")
+"""
+
+
+def test_an_id_beginning_with_dash_never_reaches_sort_as_an_option(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    proof = tmp_path / "proof.txt"
+    cli("add", "--max-attempts", "1", "--payload", '"secret payload"', "--",
+        "sort.it", f"--output={proof}", check=0)  # fmt: skip
+    res = cli("run", "consumer", "--handler", "sort.it=/usr/bin/sort", "--burst", check=0)
+    assert not proof.exists(), "sort took the task ID as its --output option"
+    # sort was run, with the ID as a file operand it could not read: a failure, not an ack
+    t = rs.show("sort.it", f"--output={proof}")
+    assert t.state == "dead", res.stderr
+    assert f"--output={proof}" in (t.last_error or "") and "No such file" in (t.last_error or "")
+
+
+def test_an_argparse_handler_gets_an_id_like_help_as_its_positional_argument(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "handler.py", ARGPARSE_HANDLER, shell=sys.executable)
+    for tid in ("--help", "-x", "1001", "--dry-run"):
+        cli("add", "--", "job.run", tid, check=0)
+    cli("run", "consumer", "--handler", f"job.run={h}", "--burst", check=0,
+        env={"OUT_DIR": str(tmp_path)})  # fmt: skip
+    ran = sorted(lines(tmp_path / "ran.txt"))
+    assert ran == sorted(["--help", "-x", "1001", "--dry-run"])
+    assert all(gone(rs, "job.run", t) for t in ("--help", "-x", "1001", "--dry-run"))
+
+
+def test_id_arg_auto_keeps_plain_ids_as_is_and_none_and_plain_opt_out(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    rec = script(tmp_path, "rec.py", RECORDER.replace(
+        'os.environ["RSCHED_TASK_ID"]', 'os.environ["RSCHED_TASK_TYPE"] + os.environ["RSCHED_TASK_ID"]'
+    ), shell=sys.executable)  # fmt: skip
+    (tmp_path / "rsched.toml").write_text(
+        "[handlers]\n"
+        f'"a.auto" = "{rec} --flag"\n'
+        f'"b.none" = {{command = ["{rec}"], id_arg = "none"}}\n'
+    )
+    for t, i in (("a.auto", "1001"), ("a.auto", "-5"), ("b.none", "-5")):
+        cli("add", "--", t, i, check=0)
+    cli("run", "consumer", "--burst", check=0, env={"OUT_DIR": str(tmp_path)})
+    # --id-arg: for every command handler that does not set its own
+    cli("add", "--", "c.plain", "-7", check=0)
+    cli("run", "consumer", "--handler", f"c.plain={rec}", "--id-arg", "plain", "--burst",
+        check=0, env={"OUT_DIR": str(tmp_path)})  # fmt: skip
+
+    def argv(name: str) -> list[str]:
+        return list(json.loads((tmp_path / f"{name}.json").read_text())["argv"])
+
+    assert argv("a.auto1001") == ["--flag", "1001"]  # ./close-order 1001, unchanged
+    assert argv("a.auto-5") == ["--flag", "--", "-5"]  # still the last argument
+    assert argv("b.none-5") == []  # RSCHED_TASK_ID only
+    assert argv("c.plain-7") == ["-7"]  # opted out
+
+
+def test_bad_id_arg_is_refused_before_connecting(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "rsched.toml").write_text('[handlers]\n"a" = {command = "true", id_arg = "x"}\n')
+    res = cli("--redis-url", "redis://127.0.0.1:1/0", "run", "consumer", "--burst")
+    assert res.returncode == 78 and "handlers.a.id_arg" in res.stderr, res.stderr
+    res = cli("run", "consumer", "--handler", "a=true", "--id-arg", "x", "--burst")
+    assert res.returncode == 2 and "--id-arg" in res.stderr
