@@ -12,9 +12,9 @@ Each turn of the main loop:
 2. heartbeats every held task of a queue in one ``heartbeat-2`` call, every
    lease/3; a task whose lease was lost has its handler's process group
    killed and its result dropped (another consumer owns it now);
-3. claims up to the free capacity in one ``claim-9`` call per queue (which
+3. claims up to the free capacity in one ``claim-11`` call per queue (which
    also registers the consumer and reaps expired leases, by the server's
-   clock);
+   clock), of the types it has handlers for;
 4. when there is nothing to do, sleeps until the earliest of: the next due
    time, the next lease expiry (to reap it), the next heartbeat, the idle
    cadence (to stay registered and see leases other consumers took); the
@@ -22,9 +22,9 @@ Each turn of the main loop:
    task is added.
 
 Idle, a consumer sends two requests per idle cadence (10 s, or its shortest
-lease when that is between 5 and 10 s): one ``claim-9`` and one ``BZPOPMIN``
+lease when that is between 5 and 10 s): one ``claim-11`` and one ``BZPOPMIN``
 that timed out, 7 commands counting those the script runs (INFO
-commandstats), 0.7 a second. ``claim-9`` checks the type of every key
+commandstats), 0.7 a second. ``claim-11`` checks the type of every key
 before any write but the registration; the consumer asks for the checks on
 its first claim of each queue and after any error, so a namespace collision
 still stops it with a clear message.
@@ -51,9 +51,14 @@ handler), never by what is stored in Redis:
   ``"python:module:function"``): returning acks, raising fails. A callable
   cannot be killed, so ``timeout`` only applies to commands.
 
-A task type with no handler is a failure ("no handler for TYPE"): retried,
-then dead, never dropped. ``*`` catches every type without its own handler,
-and a key with ``*`` inside (``report.*``) matches like a shell glob.
+``*`` catches every type without its own handler, and a key with ``*``
+inside (``report.*``) matches like a shell glob. A consumer claims only the
+types it can run: ``claim-11`` gets its handlers as anchored Lua patterns
+and leaves every other due task due, *parked* in its type's lane of the
+sched set (see rsched/keys.py), where a consumer that runs that type (or a
+``*`` one) takes it with one range read and the others never read it again.
+The types each consumer runs are registered beside it (``handles``), so
+``rsched queues`` shows the due tasks no live consumer can run.
 """
 
 from __future__ import annotations
@@ -109,6 +114,8 @@ IDLE_MIN_MS = 5_000
 REGISTRATION_TTL_MS = 30_000
 #: Stale leases reaped per claim call.
 REAP_LIMIT = 100
+#: Due tasks of types this consumer does not run that one claim call parks at most.
+PARK_LIMIT = 500
 #: Most tasks a consumer with Python callables holds (claimed, not yet settled).
 PY_HELD_MAX = 1024
 #: A Python slot's prefetch aims at this much work per batch.
@@ -306,6 +313,37 @@ class HandlerTable:
         if self.fallback is not None:
             items.append("*")
         return ", ".join(items)
+
+    def globs(self) -> list[str]:
+        """The types this table runs, as the globs ``rsched queues`` matches: ``["*"]``
+        with a fallback."""
+        if self.fallback is not None:
+            return ["*"]
+        return [*self.exact, *(p for p, _ in self.patterns)]
+
+    def lua_patterns(self) -> list[str]:
+        """The types this table runs, as anchored Lua patterns for ``claim-11``; empty
+        with a fallback (every type)."""
+        if self.fallback is not None:
+            return []
+        return [lua_pattern(g) for g in self.globs()]
+
+
+def lua_pattern(glob: str) -> str:
+    """A type glob (``*``, ``?``, and type characters) -> an anchored Lua pattern that
+    matches the same types as ``fnmatch.fnmatchcase``."""
+    out = ["^"]
+    for ch in glob:
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch.isalnum() or ch == "_":
+            out.append(ch)
+        else:
+            out.append("%" + ch)  # . - : and anything else: literal
+    out.append("$")
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- options
@@ -509,13 +547,15 @@ class _QueueState:
             keys.paused,
             keys.consumers,
             keys.history,
+            keys.lanes,
+            keys.handles,
         ]
         self.next_due = -1  # server ms, -1 none
         self.next_lease = -1
         self.paused = False
         self.last_claim = -1e18  # monotonic seconds
         self.offset_ms = 0.0  # server ms - local monotonic ms
-        self.checked = False  # claim-9 checked key types since start / the last error
+        self.checked = False  # claim-11 checked key types since start / the last error
 
 
 class Stats:
@@ -616,6 +656,10 @@ class Consumer:
         self._hb_interval_s = min_lease / 3000.0
         self._idle_s = min(IDLE_CAP_MS, max(IDLE_MIN_MS, min_lease)) / 1000.0
         self._commands = self.handlers.has_commands
+        # What claim-11 gets: the types we run (registered for `rsched queues`) and as
+        # Lua patterns (none: every type, a `*` handler).
+        self._handles_json = json.dumps(self.handlers.globs(), separators=(",", ":"))
+        self._type_patterns = self.handlers.lua_patterns()
         # EWMA of a Python handler's run time; starts at one task per batch, grows when fast
         self._py_avg_s = PY_BATCH_TARGET_S
         self._rnd = random.Random()
@@ -772,6 +816,7 @@ class Consumer:
             pipe = self.rs.redis.pipeline(transaction=False)
             for qs in self.queues:
                 pipe.zrem(qs.keys.consumers, self.id)
+                pipe.hdel(qs.keys.handles, self.id)
             pipe.execute()
         except Exception as exc:  # noqa: BLE001
             self._log("debug", f"could not unregister ({_one_line(exc)}); the entry expires")
@@ -959,7 +1004,7 @@ class Consumer:
     def _claim(self, qs: _QueueState, n: int, per_slot: int) -> int:
         t0 = time.monotonic()
         out = self.rs.scripts(
-            "claim-9",
+            "claim-11",
             qs.claim_keys,
             [
                 n,
@@ -971,6 +1016,9 @@ class Consumer:
                 qs.name,
                 qs.opts.max_attempts,
                 0 if qs.checked else 1,
+                self._handles_json,
+                PARK_LIMIT,
+                *self._type_patterns,
             ],
         )
         qs.checked = True

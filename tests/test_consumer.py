@@ -210,15 +210,18 @@ def test_failure_retries_with_backoff_then_dead_with_exit_status_and_stderr(
     assert "dead job.f f1" in err.read_text()
 
 
-def test_no_handler_is_a_failure_then_dead(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+def test_no_handler_leaves_the_task_due_not_dead(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    """It was "a failure, then dead" ("no handler for nope" after max attempts)."""
     cli("add", "nope", "n1", "--max-attempts", "2", check=0)
+    cli("add", "other", "o1", check=0)
     p, _ = start(
         cli, tmp_path, "--handler", "other=true", "--backoff", "10ms", "--backoff-max", "20ms"
     )
-    wait_for(lambda: state(rs, "nope", "n1") == "dead", timeout=20, what="task dead")
+    wait_for(lambda: gone(rs, "other", "o1"), timeout=20, what="its own task run")
+    wait_for(lambda: rs.queues()[0].unrunnable == 1, timeout=20, what="nope parked")
     assert stop(p) == 0
     t = rs.show("nope", "n1")
-    assert t.last_error == "no handler for nope" and t.attempts == 2
+    assert t.state == "due" and t.attempts == 0 and t.last_error is None
 
 
 def test_timeout_kills_the_whole_process_group(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
@@ -484,7 +487,7 @@ def _commands(client: Any) -> Counter[str]:
 
 
 #: The measured idle window: one and a half idle cadences (10 s). Whatever the phase,
-#: it holds one or two claim-9 calls and one or two BZPOPMIN timeouts.
+#: it holds one or two claim-11 calls and one or two BZPOPMIN timeouts.
 IDLE_WINDOW_S = 15.0
 
 
@@ -492,7 +495,7 @@ def test_idle_consumer_costs_redis_almost_nothing(
     own_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
     """Counted the strict way: INFO commandstats, which counts each command a script
-    runs. An idle cadence costs 7 (claim-9: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
+    runs. An idle cadence costs 7 (claim-11: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
     one BZPOPMIN), so the window sees at most 14 in 15 s; the old 5 s cadence with
     type checks in every claim cost 17 + 1 per 5 s (3.4/s)."""
     cli = Cli(own_server, namespace, cwd=str(tmp_path))
@@ -626,13 +629,25 @@ def test_a_lost_lease_kills_the_handler_and_its_result_does_not_count(
 def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
     """The Lua contract under the consumer: a stale token is refused by every operation."""
     q = rs.keys.queue("default")
-    claim_keys = [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history]
+    claim_keys = [
+        q.sched,
+        q.proc,
+        q.dead,
+        q.tasks,
+        q.wake,
+        q.seq,
+        q.paused,
+        q.consumers,
+        q.history,
+        q.lanes,
+        q.handles,
+    ]
     add_many(rs, "t.tok", ["x"])
-    out = rs.scripts("claim-9", claim_keys, [1, 300, "old", 15000, 100, 100, "default", 5])
+    out = rs.scripts("claim-11", claim_keys, [1, 300, "old", 15000, 100, 100, "default", 5])
     old_token = out[6 + 4]
     # the old consumer stalls: its lease expires, the task is reaped and claimed again
     wait_for(lambda: rs.now_ms() > int(rs.redis.zscore(q.proc, "t.tok x") or 0), timeout=5)
-    out = rs.scripts("claim-9", claim_keys, [1, 60000, "new", 15000, 100, 100, "default", 5])
+    out = rs.scripts("claim-11", claim_keys, [1, 60000, "new", 15000, 100, 100, "default", 5])
     assert out[4] == 1 and len(out) == 6 + 7
     new_token = out[6 + 4]
     assert new_token != old_token and out[6 + 2] == 2  # attempt 2
@@ -653,7 +668,19 @@ def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
 
 def _claim_keys(rs: Rsched) -> list[str]:
     q = rs.keys.queue("default")
-    return [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history]
+    return [
+        q.sched,
+        q.proc,
+        q.dead,
+        q.tasks,
+        q.wake,
+        q.seq,
+        q.paused,
+        q.consumers,
+        q.history,
+        q.lanes,
+        q.handles,
+    ]
 
 
 def _snapshot(rs: Rsched) -> dict[str, Any]:
@@ -674,7 +701,7 @@ def _snapshot(rs: Rsched) -> dict[str, Any]:
 
 
 def test_claim_without_type_checks_reads_before_writing(rs: Rsched) -> None:
-    """claim-9 with check "0" (the idle consumer's call) skips the TYPE checks only
+    """claim-11 with check "0" (the idle consumer's call) skips the TYPE checks only
     while it has nothing to write but its registration: a key of another type still
     fails with the clear error, before anything is written (Lua does not roll back)."""
     from rsched.errors import WrongKeyType
@@ -686,25 +713,25 @@ def test_claim_without_type_checks_reads_before_writing(rs: Rsched) -> None:
     rs.redis.set(q.sched, "someone else's data")
     before = _snapshot(rs)
     with pytest.raises(WrongKeyType):
-        rs.scripts("claim-9", keys, args)
+        rs.scripts("claim-11", keys, args)
     assert _snapshot(rs) == before
     rs.redis.delete(q.sched)
     # A stale lease to reap, and `dead` (written by a reap, read by nothing before it)
     # is someone else's: the checks run because there is work, before the first write.
     add_many(rs, "t.s", ["a", "b"])
-    out = rs.scripts("claim-9", keys, [2, 300, "c0", 30_000, 100, 100, "default", 1, 1])
+    out = rs.scripts("claim-11", keys, [2, 300, "c0", 30_000, 100, 100, "default", 1, 1])
     assert len(out) == 6 + 2 * 7
     wait_for(lambda: rs.now_ms() > int(rs.redis.zscore(q.proc, "t.s a") or 0), timeout=5)
     rs.redis.set(q.dead, "someone else's data")
     before = _snapshot(rs)
     with pytest.raises(WrongKeyType):
-        rs.scripts("claim-9", keys, args)
+        rs.scripts("claim-11", keys, args)
     assert _snapshot(rs) == before
     rs.redis.delete(q.dead)
     # Nothing to do and a well-typed namespace: no TYPE check, the registration only.
     rs.redis.delete(q.proc)
     c0 = _commands(rs.redis)
-    out = rs.scripts("claim-9", keys, args)
+    out = rs.scripts("claim-11", keys, args)
     assert out[1:] == [-1, -1, 0, 0, 0]
     calls = _commands(rs.redis) - c0
     assert calls["type"] == 0 and calls["zadd"] == 1 and calls["zremrangebyscore"] == 0
@@ -721,7 +748,7 @@ def test_a_claim_that_fails_leaves_its_due_tasks_due(rs: Rsched) -> None:
     rs.redis.set(q.seq, "not a number")
     before = _snapshot(rs)
     with pytest.raises(ResponseError, match="not an integer"):
-        rs.scripts("claim-9", _claim_keys(rs), [10, 60_000, "c1", 30_000, 100, 100, "default", 5])
+        rs.scripts("claim-11", _claim_keys(rs), [10, 60_000, "c1", 30_000, 100, 100, "default", 5])
     after = _snapshot(rs)
     registration = after.pop(q.consumers)
     before.pop(q.consumers)
@@ -999,3 +1026,112 @@ def test_bad_id_arg_is_refused_before_connecting(cli: Cli, tmp_path: Path) -> No
     assert res.returncode == 78 and "handlers.a.id_arg" in res.stderr, res.stderr
     res = cli("run", "consumer", "--handler", "a=true", "--id-arg", "x", "--burst")
     assert res.returncode == 2 and "--id-arg" in res.stderr
+
+
+# ----------------------------------------------------------------------------- types a consumer runs
+
+TYPE_RECORDER = """
+import os, sys
+who, tid = sys.argv[1], sys.argv[-1]
+with open(os.path.join(os.environ["OUT_DIR"], "runs.txt"), "a") as fh:
+    fh.write(f"{os.environ['RSCHED_TASK_TYPE']} {tid} {who} {os.environ['RSCHED_ATTEMPT']}\\n")
+"""
+
+
+def _queue(cli: Cli) -> dict[str, Any]:
+    (row,) = cli.json("queues")
+    return dict(row)
+
+
+def test_a_consumer_leaves_types_it_cannot_run_due_and_queues_shows_them(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    """The README's tour: a consumer with an order.close handler and a report.send
+    task. Today's claim took it and dead-lettered it ("no handler for report.send")."""
+    rec = script(tmp_path, "rec.py", TYPE_RECORDER, shell=sys.executable)
+    env = {"OUT_DIR": str(tmp_path)}
+    added = cli.json("add", "report.send", "r-77", "--payload", '{"to":"ops"}')
+    cli("add", "order.close", "1001", check=0)
+    p, err = start(cli, tmp_path, "--handler", f"order.close={rec} A", env=env)
+    wait_for(lambda: gone(rs, "order.close", "1001"), timeout=15, what="order run")
+    wait_for(lambda: _queue(cli)["unrunnable"] == 1, timeout=15, what="queues shows it")
+    row = _queue(cli)
+    assert row["due"] == 1 and row["unrunnable_types"] == ["report.send"]
+    assert row["unrunnable_lag_ms"] > 0 and row["lag_ms"] >= row["unrunnable_lag_ms"]
+    table = cli("queues", check=0).stdout
+    assert "NO HANDLER" in table and "report.send" in table
+    t = rs.show("report.send", "r-77")
+    assert t.state == "due" and t.attempts == 0 and t.last_error is None
+    assert t.due_ms == added["due_ms"]  # a parked task keeps its due time
+    [listed] = cli.json("list", "--state", "due")
+    assert listed["id"] == "r-77" and listed["due_ms"] == added["due_ms"]
+    text = cli("metrics", check=0).stdout
+    assert 'rsched_queue_unrunnable_tasks{queue="default"} 1.0' in text
+    # A consumer that can run it takes it: once, first attempt, its payload intact.
+    q, _ = start(cli, tmp_path, "--handler", f"report.*={rec} B", name="b", env=env)
+    wait_for(lambda: gone(rs, "report.send", "r-77"), timeout=15, what="report run")
+    assert sorted(lines(tmp_path / "runs.txt")) == [
+        "order.close 1001 A 1",
+        "report.send r-77 B 1",
+    ]
+    wait_for(lambda: _queue(cli)["unrunnable"] == 0, timeout=15, what="nothing left")
+    assert stop(p) == 0 and stop(q) == 0
+    assert "no handler" not in err.read_text()
+    assert all(h["result"] == "ok" for h in history(rs))
+
+
+def test_with_no_live_consumer_every_due_task_counts_as_unrunnable(cli: Cli) -> None:
+    cli("add", "a.x", "1", check=0)
+    cli("add", "--in", "1h", "a.x", "2", check=0)
+    row = _queue(cli)
+    assert row["consumers"] == 0 and row["unrunnable"] == 1 and row["unrunnable_types"] == []
+
+
+def test_a_star_handler_takes_every_type_parked_ones_included(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    rec = script(tmp_path, "rec.py", TYPE_RECORDER, shell=sys.executable)
+    env = {"OUT_DIR": str(tmp_path)}
+    add_many(rs, "x.one", [str(i) for i in range(30)])
+    add_many(rs, "y.two", [str(i) for i in range(30)])
+    # a consumer of x.* parks the y.two tasks and runs its own
+    cli("run", "consumer", "--handler", f"x.*={rec} X", "--burst", check=0, env=env)
+    assert rs.redis.hlen(rs.keys.queue("default").lanes) == 2  # y.two's lane and '#'
+    assert [t.type for t in rs.list(state="due")] == ["y.two"] * 30
+    cli("run", "consumer", "--handler", f"*={rec} S", "--burst", check=0, env=env)
+    runs = Counter(tuple(line.split()[::2]) for line in lines(tmp_path / "runs.txt"))
+    assert runs == {("x.one", "X"): 30, ("y.two", "S"): 30}
+    assert rs.queues()[0].due == 0
+
+
+@pytest.mark.valkey
+def test_consumers_of_different_types_share_a_queue_each_taking_its_own(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    """Three real consumer processes, two types interleaved at the head of one queue:
+    every task runs once, on the consumer that has its handler; none fails."""
+    rec = script(tmp_path, "rec.py", TYPE_RECORDER, shell=sys.executable)
+    env = {"OUT_DIR": str(tmp_path)}
+    ids = [str(i) for i in range(120)]
+    add_many(rs, "order.close", ids)
+    add_many(rs, "report.send", ids)
+    procs = [
+        start(cli, tmp_path, "--handler", f"order.close={rec} A", "--concurrency", "4",
+              name="a", env=env)[0],
+        start(cli, tmp_path, "--handler", f"order.close={rec} A2", name="a2", env=env)[0],
+        start(cli, tmp_path, "--handler", f"report.*={rec} B", "--concurrency", "4",
+              name="b", env=env)[0],
+    ]  # fmt: skip
+    wait_for(lambda: len(lines(tmp_path / "runs.txt")) >= 240, timeout=60, what="all run")
+    wait_for(lambda: rs.queues()[0].processing == 0, timeout=15, what="settled")
+    for p in procs:
+        assert stop(p) == 0
+    runs = [line.split() for line in lines(tmp_path / "runs.txt")]
+    assert len(runs) == 240
+    assert Counter((t, i) for t, i, _, _ in runs) == {
+        (t, i): 1 for t in ("order.close", "report.send") for i in ids
+    }
+    assert {w for t, _, w, _ in runs if t == "report.send"} == {"B"}
+    assert {w for t, _, w, _ in runs if t == "order.close"} <= {"A", "A2"}
+    assert {a for _, _, _, a in runs} == {"1"}  # no failed attempt
+    assert all(h["result"] == "ok" for h in history(rs))

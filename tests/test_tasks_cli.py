@@ -25,8 +25,20 @@ def server_ms(server: RedisServer) -> int:
 def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_000) -> list[object]:
     q = rs.keys.queue(queue)
     out = rs.scripts(
-        "claim-9",
-        [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history],
+        "claim-11",
+        [
+            q.sched,
+            q.proc,
+            q.dead,
+            q.tasks,
+            q.wake,
+            q.seq,
+            q.paused,
+            q.consumers,
+            q.history,
+            q.lanes,
+            q.handles,
+        ],
         [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5],
     )
     return out[6:]
