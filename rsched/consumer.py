@@ -78,7 +78,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -122,6 +122,9 @@ PY_HELD_MAX = 1024
 PY_BATCH_TARGET_S = 0.05
 #: Redis outage backoff cap.
 RECONNECT_MAX_S = 5.0
+#: A cancelled task's command handler gets SIGTERM, then SIGKILL after the grace
+#: (``--grace``), at most this long.
+CANCEL_GRACE_MAX_S = 10.0
 
 
 #: Compact JSON for history records (one encoder, not one per record).
@@ -144,10 +147,18 @@ class Task:
     token: str
     payload_json: str = "null"
     last_error: str | None = None
+    #: Set when the task is cancelled (``rsched cancel``) while it runs; a Python
+    #: handler checks :attr:`cancelled` (or waits on this event) and stops early.
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def due_at(self) -> str:
         return iso(self.due_ms) or ""
+
+    @property
+    def cancelled(self) -> bool:
+        """True once ``rsched cancel`` removed this task: its result will not count."""
+        return self.cancel_event.is_set()
 
     @property
     def member(self) -> str:
@@ -505,7 +516,7 @@ class _Held:
         self.claim_server_ms = claim_server_ms
         self.child: Child | None = None
         self.started_mono: float | None = None
-        self.cancelled: str | None = None  # "lease lost" | "shutdown"
+        self.cancelled: str | None = None  # "lease lost" | "shutdown" | "cancelled"
         self.result: str | None = None  # ok | failed | timeout | unstarted
         self.exit_code: int | None = None
         self.error: str = ""
@@ -517,6 +528,18 @@ class _Held:
         if child is not None and child.popen is not None and child.poll() is None:
             child.killed = child.killed or reason
             child.signal_group(signal.SIGKILL)
+
+    def cancel(self) -> bool:
+        """``rsched cancel`` removed the task: tell a Python handler, SIGTERM a command's
+        process group (the caller SIGKILLs it after the grace). True if a child runs."""
+        self.cancelled = self.cancelled or "cancelled"
+        self.task.cancel_event.set()
+        child = self.child
+        if child is not None and child.popen is not None and child.poll() is None:
+            child.killed = child.killed or "cancelled"
+            child.signal_group(signal.SIGTERM)
+            return True
+        return False
 
 
 class _QueueState:
@@ -561,7 +584,7 @@ class _QueueState:
 class Stats:
     def __init__(self) -> None:
         self.claimed = self.ok = self.failed = self.retried = self.dead = 0
-        self.lost = self.refused = self.released = 0
+        self.lost = self.refused = self.released = self.cancelled = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -681,6 +704,14 @@ class Consumer:
         self._waker: threading.Thread | None = None
         self._waker_armed = threading.Event()
         self._popped = False
+        # Cancellations heard on the queues' cancel channels: (queue, token), and the
+        # SIGKILLs due at the end of their grace: (monotonic deadline, held task).
+        self._cancels: collections.deque[tuple[str, str]] = collections.deque()
+        self._kill_at: list[tuple[float, _Held]] = []
+        self._cancel_grace_s = min(self.grace_ms / 1000.0, CANCEL_GRACE_MAX_S)
+        self._listener: threading.Thread | None = None
+        self._pubsub: Any = None
+        self._listening = True  # the cancel listener runs until _close (through the grace)
         self._ready_sent = False
         wd = systemd.watchdog_interval_s()
         self._wd_every_s = wd / 2 if wd else None
@@ -746,7 +777,7 @@ class Consumer:
         self._log(
             "info",
             f"consumer {self.id} stopped: {s.ok} ok, {s.failed} failed ({s.dead} dead), "
-            f"{s.lost} lost, {s.released} released",
+            f"{s.lost} lost, {s.cancelled} cancelled, {s.released} released",
         )
         return self.stats
 
@@ -787,6 +818,83 @@ class Consumer:
             t = threading.Thread(target=self._wake_loop, args=(group,), name=name, daemon=True)
             t.start()
             self._waker = self._waker or t
+        self._listener = threading.Thread(
+            target=self._cancel_loop, name="rsched-cancels", daemon=True
+        )
+        self._listener.start()
+
+    def _cancel_loop(self) -> None:
+        """Listen on the queues' cancel channels (``rsched cancel`` of a running task
+        publishes its claim token); hand each to the main loop. A message missed while
+        disconnected is not lost work: the task is gone, so the next heartbeat finds
+        its lease lost and kills the handler (later, and logged as a lost lease)."""
+        channels = {qs.keys.cancel_channel: qs.name for qs in self.queues}
+        delay = 0.1
+        while self._listening:
+            try:
+                ps = self._pubsub = self.rs.redis.pubsub(ignore_subscribe_messages=True)
+                ps.subscribe(*channels)
+                delay = 0.1
+                while self._listening:
+                    msg = ps.get_message(timeout=1.0)
+                    if msg and msg.get("type") == "message":
+                        ch, data = msg["channel"], msg["data"]
+                        ch = ch.decode() if isinstance(ch, bytes) else ch
+                        data = data.decode() if isinstance(data, bytes) else data
+                        if ch in channels:
+                            self._cancels.append((channels[ch], str(data)))
+                            self._notifier.notify()
+            except redis.exceptions.NoPermissionError as exc:
+                self._log(
+                    "error",
+                    f"cannot listen for cancellations ({_one_line(exc)}): a running task that "
+                    "is cancelled has its handler stopped at the next heartbeat instead; grant "
+                    f"+subscribe and &{self.rs.keys.ns}:* (see the README's ACL user)",
+                )
+                break
+            except Exception as exc:  # noqa: BLE001 - the listener never dies
+                if not self._listening:
+                    break
+                if not isinstance(exc, redis.RedisError):
+                    self._log("error", f"cancel listener: {_one_line(exc)}; retrying")
+                time.sleep(self._rnd.uniform(delay / 2, delay))
+                delay = min(RECONNECT_MAX_S, delay * 2)
+            finally:
+                try:
+                    if self._pubsub is not None:
+                        self._pubsub.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _take_cancels(self, now: float) -> None:
+        """Stop the handlers of tasks cancelled while they run; SIGKILL those whose
+        grace ran out."""
+        while self._cancels:
+            qname, token = self._cancels.popleft()
+            h = self._held.get((qname, token))
+            if h is None or h.cancelled:
+                continue
+            running = h.cancel()
+            self._log(
+                "info",
+                f"cancelled {h.task.member} in {qname} (token {token}): "
+                + (
+                    f"stopping its handler (SIGTERM, SIGKILL after {self._cancel_grace_s:g}s)"
+                    if running
+                    else "it will not run"
+                    if h.started_mono is None
+                    else "its result will not count"
+                ),
+            )
+            if running:
+                self._kill_at.append((now + self._cancel_grace_s, h))
+        if self._kill_at:
+            due = [(t, h) for t, h in self._kill_at if t <= now]
+            for _, h in due:
+                child = h.child
+                if child is not None and child.popen is not None and child.poll() is None:
+                    child.signal_group(signal.SIGKILL)
+            self._kill_at = [(t, h) for t, h in self._kill_at if t > now and h.result is None]
 
     def _stop_waker(self) -> None:
         """No more BZPOPMIN: a stopping consumer must not swallow a wake-up (such as the one
@@ -804,6 +912,9 @@ class Consumer:
 
     def _close(self) -> None:
         self._stop_waker()
+        self._listening = False
+        if self._listener is not None:
+            self._listener.join(timeout=2.0)
         for _ in self._workers:
             self._work.put(None)
         systemd.stopping()
@@ -929,6 +1040,7 @@ class Consumer:
         self._notifier.drain()
         now = time.monotonic()
         self._watchdog(now)
+        self._take_cancels(now)
         settled = self._settle()
         if self._stopping:
             if not self._stop_logged:
@@ -1115,6 +1227,7 @@ class Consumer:
                     deadlines.append((qs.next_lease - qs.offset_ms + 1) / 1000.0)
         if self._held:
             deadlines.append(self._next_hb)
+        deadlines.extend(t for t, _ in self._kill_at)
         timeout = min(deadlines) - now
         if timeout <= 0:
             return
@@ -1142,7 +1255,8 @@ class Consumer:
                     self._log(
                         "error",
                         f"lease lost for {h.task.member} in {qname} (token {h.task.token}): "
-                        "another consumer may run it; killing its handler, its result will not count",
+                        "another consumer may run it, or it was cancelled; killing its handler, "
+                        "its result will not count",
                     )
                     h.kill("lease lost")
         self._next_hb = time.monotonic() + self._hb_interval_s
@@ -1190,6 +1304,18 @@ class Consumer:
                 self.stats.lost += 1
                 self._forget(h)
                 done.add(id(h))
+            elif h.cancelled == "cancelled":
+                # rsched cancel removed the task and recorded the run `cancelled`
+                self.stats.cancelled += 1
+                self._forget(h)
+                done.add(id(h))
+                if h.started_mono is not None:
+                    how = f"exit status {h.exit_code}" if h.exit_code is not None else "returned"
+                    self._log(
+                        "info",
+                        f"cancelled {h.task.member} in {h.task.queue}: its handler stopped "
+                        f"({how} after {h.duration_ms}ms)",
+                    )
             elif h.cancelled or h.result == "unstarted":
                 releases.setdefault(h.task.queue, []).append(h)
             elif h.result == "ok":

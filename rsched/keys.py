@@ -15,6 +15,7 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:stats       HASH  run counters for metrics
     {ns}:{q:QUEUE}:lanes       HASH  type -> lane of its parked tasks ('#': lanes given out)
     {ns}:{q:QUEUE}:handles     HASH  consumer id -> JSON array of the type globs it runs
+    {ns}:{q:QUEUE}:cancel      Pub/Sub channel: claim tokens of running tasks cancelled
 
 A due task that a consumer cannot run (it has no handler for the type) is
 *parked*: it stays in ``sched``, due, with its score moved into its type's
@@ -158,6 +159,12 @@ class QueueKeys:
     def lanes(self) -> str:
         """HASH type -> lane number of its parked tasks; field ``#``: lanes given out."""
         return self._k("lanes")
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/Sub channel (not a key): ``rsched cancel`` of a running task publishes
+        its claim token here; the consumer running it stops its handler."""
+        return self._k("cancel")
 
     @property
     def handles(self) -> str:

@@ -612,12 +612,25 @@ def add_lines(
 
 
 def cancel(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> str:
+    """Remove a task; returns the state it was in. A running task's handler is
+    stopped by its consumer (told on the queue's cancel channel) and the run is
+    recorded ``cancelled``."""
     validate.task_type(task_type)
     validate.task_id(task_id)
     validate.queue(queue)
-    q = rs.keys.queue(P.of_task(rs, queue, task_type, task_id))
+    stored = P.of_task(rs, queue, task_type, task_id)
+    q = rs.keys.queue(stored)
+    ident = rs.identity()
     state = rs.scripts(
-        "cancel-4", [q.sched, q.proc, q.dead, q.tasks], [K.member(task_type, task_id)]
+        "cancel-5",
+        [q.sched, q.proc, q.dead, q.tasks, q.history],
+        [
+            K.member(task_type, task_id),
+            rs.history_maxlen,
+            stored,
+            q.cancel_channel,
+            f"{ident['host']} pid {ident['pid']}",
+        ],
     )
     if not state:
         raise NotFound(f"no task {task_type} {task_id} in queue {queue}")

@@ -1135,3 +1135,108 @@ def test_consumers_of_different_types_share_a_queue_each_taking_its_own(
     assert {w for t, _, w, _ in runs if t == "order.close"} <= {"A", "A2"}
     assert {a for _, _, _, a in runs} == {"1"}  # no failed attempt
     assert all(h["result"] == "ok" for h in history(rs))
+
+
+# ----------------------------------------------------------------------------- cancel of a running task
+
+
+def _cancelled_records(rs: Rsched) -> list[dict[str, Any]]:
+    return [h for h in history(rs) if h["result"] == "cancelled"]
+
+
+def test_cancel_of_a_running_command_handler_stops_it_and_records_cancelled(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    """Today the handler ran on to its end, the consumer logged "ack refused … reaped
+    or claimed again" and no history record was written."""
+    h = script(tmp_path, "long.sh", """
+        echo $$ > "$OUT_DIR/$RSCHED_TASK_ID.pid"
+        sleep 300 &
+        echo $! > "$OUT_DIR/$RSCHED_TASK_ID.child"
+        wait
+        echo finished > "$OUT_DIR/$RSCHED_TASK_ID.done"
+    """)  # fmt: skip
+    env = {"OUT_DIR": str(tmp_path)}
+    cli("add", "job.long", "j1", check=0)
+    p, err = start(cli, tmp_path, "--handler", f"job.long={h}", "--handler", "job.next=true",
+                   "--grace", "2s", env=env)  # fmt: skip
+    pid_file = tmp_path / "j1.pid"
+    wait_for(lambda: (tmp_path / "j1.child").exists(), timeout=15, what="handler running")
+    pid, child = int(pid_file.read_text()), int((tmp_path / "j1.child").read_text())
+    out = cli.json("cancel", "job.long", "j1")
+    assert out["was"] == "processing"
+    # stopped by SIGTERM to its group (the sleep too), well before its lease (60 s)
+    wait_for(lambda: not alive(pid) and not alive(child), timeout=10, what="handler stopped")
+    assert not (tmp_path / "j1.done").exists()
+    (rec,) = _cancelled_records(rs)
+    assert rec["type"] == "job.long" and rec["id"] == "j1" and rec["attempt"] == 1
+    assert rec["token"] and "cancelled while running" in rec["error"]
+    assert [r["result"] for r in cli.json("history", "--queue", "default")] == ["cancelled"]
+    wait_for(lambda: "cancelled job.long j1" in err.read_text(), timeout=10, what="log line")
+    # the consumer goes on: the next task runs
+    cli("add", "job.next", "n1", check=0)
+    wait_for(lambda: gone(rs, "job.next", "n1"), timeout=15, what="next task run")
+    assert stop(p) == 0
+    text = err.read_text()
+    assert "ack refused" not in text and "failure report refused" not in text
+    assert "lease lost" not in text
+
+
+def test_cancel_sigkills_a_handler_that_ignores_sigterm_after_the_grace(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "stubborn.sh", """
+        trap '' TERM
+        echo $$ > "$OUT_DIR/pid"
+        while :; do sleep 0.1; done
+    """)  # fmt: skip
+    cli("add", "job.stub", "s1", check=0)
+    p, err = start(cli, tmp_path, "--handler", f"job.stub={h}", "--grace", "1s",
+                   env={"OUT_DIR": str(tmp_path)})  # fmt: skip
+    wait_for(lambda: (tmp_path / "pid").exists(), timeout=15, what="handler running")
+    pid = int((tmp_path / "pid").read_text())
+    cli("cancel", "job.stub", "s1", check=0)
+    wait_for(lambda: "SIGKILL after 1s" in err.read_text(), timeout=10, what="SIGTERM sent")
+    assert alive(pid)  # it ignores SIGTERM ...
+    wait_for(lambda: not alive(pid), timeout=10, what="SIGKILL after the grace")  # ... not SIGKILL
+    assert [r["result"] for r in history(rs)] == ["cancelled"]
+    assert stop(p) == 0
+
+
+PY_CANCEL = """
+import os, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def work(task):
+    open(os.path.join(HERE, "started"), "w").close()
+    deadline = time.monotonic() + 60
+    while not task.cancelled and time.monotonic() < deadline:
+        task.cancel_event.wait(0.05)
+    with open(os.path.join(HERE, "saw"), "w") as fh:
+        fh.write("cancelled" if task.cancelled else "timed out")
+"""
+
+
+def test_a_python_handler_sees_the_cancellation_and_its_result_does_not_count(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    (tmp_path / "pcancel.py").write_text(textwrap.dedent(PY_CANCEL))
+    cli("add", "py.work", "w1", check=0)
+    p, err = start(cli, tmp_path, "--call", "py.work=pcancel:work")
+    wait_for(lambda: (tmp_path / "started").exists(), timeout=15, what="handler running")
+    cli("cancel", "py.work", "w1", check=0)
+    wait_for(lambda: (tmp_path / "saw").exists(), timeout=10, what="handler returned")
+    assert (tmp_path / "saw").read_text() == "cancelled"
+    wait_for(lambda: "its handler stopped" in err.read_text(), timeout=10, what="settled")
+    assert [r["result"] for r in history(rs)] == ["cancelled"]
+    assert rs.redis.hget(rs.keys.queue("default").stats, "ok|py.work") is None
+    assert stop(p) == 0
+    assert "ack refused" not in err.read_text()
+
+
+def test_cancelled_is_a_history_result_value() -> None:
+    from rsched.history import FAILED_RESULTS, RESULTS
+
+    assert "cancelled" in RESULTS and "cancelled" not in FAILED_RESULTS

@@ -307,7 +307,10 @@ def _add_from(
 def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
     """Remove a task in any state (exit 3 if there is none).
 
-    A processing task's handler keeps running, but its result is discarded.
+    A processing task's consumer is told at once: it stops the handler (a
+    command's process group gets SIGTERM, then SIGKILL after the consumer's
+    --grace, at most 10s; a Python handler sees task.cancelled), its result
+    does not count, and the run is recorded `cancelled` in the history.
     """
     from rsched import tasks, validate
 
@@ -320,7 +323,8 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
             {"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was}
         )
     else:
-        click.echo(f"cancelled {task_type} {task_id} in queue {queue} (was {was})")
+        note = "; its handler is being stopped" if was == "processing" else ""
+        click.echo(f"cancelled {task_type} {task_id} in queue {queue} (was {was}{note})")
 
 
 @click.command("list")
