@@ -32,7 +32,7 @@ _rsched_options() {
     'rsched resume') echo '--queue --format --json --help' ;;
     'rsched retry') echo '--queue --all --format --json --help' ;;
     'rsched run') echo '--help' ;;
-    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --help' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --help' ;;
     'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
@@ -66,7 +66,7 @@ _rsched_value_options() {
     'rsched requeue-stale') echo '--queue --format' ;;
     'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
-    'rsched run consumer') echo '--queue --handler --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
     'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
@@ -103,6 +103,7 @@ _rsched_choices() {
     'rsched requeue-stale|--format') echo 'table plain json' ;;
     'rsched resume|--format') echo 'table plain json' ;;
     'rsched retry|--format') echo 'table plain json' ;;
+    'rsched run consumer|--id-arg') echo 'auto plain none' ;;
     'rsched run consumer|--log-format') echo 'text json' ;;
     'rsched run cron|--concurrency') echo 'forbid allow replace' ;;
     'rsched run cron|--misfire') echo 'skip run-once' ;;

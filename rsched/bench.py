@@ -453,7 +453,7 @@ class Bench:
             self.rs.redis.unlink(
                 q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history
             )
-            self.rs.redis.unlink(q.stats)
+            self.rs.redis.unlink(q.stats, q.lanes, q.handles)
 
     def _fill(
         self,
@@ -874,13 +874,13 @@ class Bench:
 
         add_counts(self.rs, [TaskSpec("bench.due", str(i), queue) for i in range(n)])
         claim_keys = [k.sched, k.proc, k.dead, k.tasks, k.wake, k.seq, k.paused]
-        claim_keys += [k.consumers, k.history]
+        claim_keys += [k.consumers, k.history, k.lanes, k.handles]
         claim_args = [1, 60_000, "bench", 15_000, 100, 0, queue, DEFAULT_MAX_ATTEMPTS]
         add_keys = [k.sched, k.proc, k.dead, k.tasks, k.wake]
         claims, adds = [], []
         for i in range(n):
             t0 = time.perf_counter()
-            out = self.rs.scripts("claim-9", claim_keys, claim_args)
+            out = self.rs.scripts("claim-11", claim_keys, claim_args)
             t1 = time.perf_counter()
             if len(out) <= 6:
                 raise RschedError("bench: a claim found nothing due")
@@ -896,7 +896,45 @@ class Bench:
             t0 = time.perf_counter()
             self.rs.scripts("add-5", add_keys, args)
             adds.append((time.perf_counter() - t0) * 1e6)
-        return {"claim_p50_us": _pct(claims, 50), "add_p50_us": _pct(adds, 50), "mem": mem}
+        typed = self._typed_claims(queue, claim_keys, claim_args, n)
+        return {
+            "claim_p50_us": _pct(claims, 50),
+            "add_p50_us": _pct(adds, 50),
+            "mem": mem,
+            **typed,
+        }
+
+    def _typed_claims(
+        self, queue: str, claim_keys: list[str], claim_args: list[Any], n: int
+    ) -> dict[str, float]:
+        """A consumer of one type (``bench.due``) claiming one task at a time, with
+        ``n`` due tasks of a type no consumer runs (``bench.other``) ahead of its own:
+        the first claim parks them (in calls of PARK_LIMIT), then every claim reads
+        its own type only."""
+        from rsched.consumer import PARK_LIMIT
+        from rsched.tasks import TaskSpec, add_counts
+
+        add_counts(self.rs, [TaskSpec("bench.other", str(i), queue) for i in range(n)])
+        add_counts(self.rs, [TaskSpec("bench.due", f"t{i}", queue) for i in range(n)])
+        typed_args = [*claim_args, 0, '["bench.due"]', PARK_LIMIT, "^bench%.due$"]
+        claims: list[float] = []
+        parking: list[float] = []
+        while len(claims) < n:
+            t0 = time.perf_counter()
+            out = self.rs.scripts("claim-11", claim_keys, typed_args)
+            t1 = time.perf_counter()
+            if len(out) <= 6:
+                parking.append((t1 - t0) * 1e6)  # parked a batch of bench.other
+                if len(parking) > n // PARK_LIMIT + 2:
+                    raise RschedError("bench: a typed claim found nothing due")
+                continue
+            if str(out[6]).split(" ")[0] != "bench.due":
+                raise RschedError(f"bench: a bench.due consumer claimed {out[6]}")
+            claims.append((t1 - t0) * 1e6)
+        return {
+            "claim_typed_p50_us": _pct(claims, 50),
+            "claim_typed_first_us": (parking or claims)[0],
+        }
 
     def scale(self) -> dict[str, Any]:
         """The queues here are never partitioned: a partition is one such queue.
@@ -922,6 +960,9 @@ class Bench:
             "claim_p50_us_small": round(a["claim_p50_us"]),
             "claim_p50_us_large": round(b["claim_p50_us"]),
             "claim_ratio": round(b["claim_p50_us"] / max(a["claim_p50_us"], 1e-9), 2),
+            "claim_typed_p50_us_small": round(a["claim_typed_p50_us"]),
+            "claim_typed_p50_us_large": round(b["claim_typed_p50_us"]),
+            "claim_typed_first_us_large": round(b["claim_typed_first_us"]),
             "add_p50_us_small": round(a["add_p50_us"]),
             "add_p50_us_large": round(b["add_p50_us"]),
             "add_ratio": round(b["add_p50_us"] / max(a["add_p50_us"], 1e-9), 2),
@@ -1164,6 +1205,9 @@ ROWS: list[tuple[str, str, str]] = [
     ("scale.claim_p50_us_small", "claim p50, small queue", "us"),
     ("scale.claim_p50_us_large", "claim p50, large queue", "us"),
     ("scale.claim_ratio", "claim p50 large / small", "x"),
+    ("scale.claim_typed_p50_us_small", "claim p50, one type, small queue", "us"),
+    ("scale.claim_typed_p50_us_large", "claim p50, one type, large queue", "us"),
+    ("scale.claim_typed_first_us_large", "first claim, one type (parks others)", "us"),
     ("scale.add_p50_us_small", "add p50, small queue", "us"),
     ("scale.add_p50_us_large", "add p50, large queue", "us"),
     ("scale.memory_bytes_per_task", "Redis memory per scheduled task", "bytes"),

@@ -23,6 +23,7 @@ Config file (TOML), found at ``--config`` / ``$RSCHED_CONFIG`` / ``./rsched.toml
     [handlers]                              # task type -> command (never a shell)
     "order.close" = "./close-order"
     "report.*" = "python:reports:run"       # a Python callable
+    "mail.send" = {command = "./send", id_arg = "none"}   # no ID argument: RSCHED_TASK_ID
 
     [cron.report-daily]                     # for `rsched run cron --all`
     schedule = "0 0 2 * * ?"
@@ -376,9 +377,10 @@ def _check(data: dict[str, Any], path: Path) -> None:
                     f"config {path}: unknown queue option queues.{q}.{k} (known: {', '.join(sorted(_QUEUE_KEYS))})"
                 )
     for t, cmd in data.get("handlers", {}).items():
-        if not isinstance(cmd, str | list):
+        if not isinstance(cmd, str | list | dict):
             raise ConfigError(
-                f"config {path}: handlers.{t} must be a command string or a list of arguments"
+                f"config {path}: handlers.{t} must be a command string, a list of arguments "
+                'or a table {command = ..., id_arg = "auto" | "plain" | "none"}'
             )
 
 

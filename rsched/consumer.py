@@ -12,9 +12,9 @@ Each turn of the main loop:
 2. heartbeats every held task of a queue in one ``heartbeat-2`` call, every
    lease/3; a task whose lease was lost has its handler's process group
    killed and its result dropped (another consumer owns it now);
-3. claims up to the free capacity in one ``claim-9`` call per queue (which
+3. claims up to the free capacity in one ``claim-11`` call per queue (which
    also registers the consumer and reaps expired leases, by the server's
-   clock);
+   clock), of the types it has handlers for;
 4. when there is nothing to do, sleeps until the earliest of: the next due
    time, the next lease expiry (to reap it), the next heartbeat, the idle
    cadence (to stay registered and see leases other consumers took); the
@@ -22,9 +22,9 @@ Each turn of the main loop:
    task is added.
 
 Idle, a consumer sends two requests per idle cadence (10 s, or its shortest
-lease when that is between 5 and 10 s): one ``claim-9`` and one ``BZPOPMIN``
+lease when that is between 5 and 10 s): one ``claim-11`` and one ``BZPOPMIN``
 that timed out, 7 commands counting those the script runs (INFO
-commandstats), 0.7 a second. ``claim-9`` checks the type of every key
+commandstats), 0.7 a second. ``claim-11`` checks the type of every key
 before any write but the registration; the consumer asks for the checks on
 its first claim of each queue and after any error, so a namespace collision
 still stops it with a clear message.
@@ -37,13 +37,28 @@ handler), never by what is stored in Redis:
   describe the task, the payload JSON arrives on stdin, exit status 0 acks;
   the process group is killed on timeout, on a lost lease and at the end of
   the shutdown grace period;
+
+  an ID is data, and one that begins with ``-`` would reach the program as an
+  option (``--output=FILE`` made ``sort`` write a file, ``--help`` made an
+  argparse handler exit 0 and the task was acked unprocessed). So by default
+  (``id_arg = "auto"``) such an ID gets the end-of-options marker before it,
+  ``-- -ID``, which getopt, argparse, click and the coreutils all honour; any
+  other ID is passed exactly as before (``./close-order 1001``), and the ID is
+  always the last argument. ``"none"`` passes no ID argument (the handler
+  reads ``RSCHED_TASK_ID``); ``"plain"`` opts out (the ID as is, even
+  ``--help``: only for a program that takes no options);
 * a Python callable ``fn(task)`` (or ``"module:function"`` /
   ``"python:module:function"``): returning acks, raising fails. A callable
   cannot be killed, so ``timeout`` only applies to commands.
 
-A task type with no handler is a failure ("no handler for TYPE"): retried,
-then dead, never dropped. ``*`` catches every type without its own handler,
-and a key with ``*`` inside (``report.*``) matches like a shell glob.
+``*`` catches every type without its own handler, and a key with ``*``
+inside (``report.*``) matches like a shell glob. A consumer claims only the
+types it can run: ``claim-11`` gets its handlers as anchored Lua patterns
+and leaves every other due task due, *parked* in its type's lane of the
+sched set (see rsched/keys.py), where a consumer that runs that type (or a
+``*`` one) takes it with one range read and the others never read it again.
+The types each consumer runs are registered beside it (``handles``), so
+``rsched queues`` shows the due tasks no live consumer can run.
 """
 
 from __future__ import annotations
@@ -63,7 +78,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -99,12 +114,17 @@ IDLE_MIN_MS = 5_000
 REGISTRATION_TTL_MS = 30_000
 #: Stale leases reaped per claim call.
 REAP_LIMIT = 100
+#: Due tasks of types this consumer does not run that one claim call parks at most.
+PARK_LIMIT = 500
 #: Most tasks a consumer with Python callables holds (claimed, not yet settled).
 PY_HELD_MAX = 1024
 #: A Python slot's prefetch aims at this much work per batch.
 PY_BATCH_TARGET_S = 0.05
 #: Redis outage backoff cap.
 RECONNECT_MAX_S = 5.0
+#: A cancelled task's command handler gets SIGTERM, then SIGKILL after the grace
+#: (``--grace``), at most this long.
+CANCEL_GRACE_MAX_S = 10.0
 
 
 #: Compact JSON for history records (one encoder, not one per record).
@@ -127,10 +147,18 @@ class Task:
     token: str
     payload_json: str = "null"
     last_error: str | None = None
+    #: Set when the task is cancelled (``rsched cancel``) while it runs; a Python
+    #: handler checks :attr:`cancelled` (or waits on this event) and stops early.
+    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def due_at(self) -> str:
         return iso(self.due_ms) or ""
+
+    @property
+    def cancelled(self) -> bool:
+        """True once ``rsched cancel`` removed this task: its result will not count."""
+        return self.cancel_event.is_set()
 
     @property
     def member(self) -> str:
@@ -140,12 +168,35 @@ class Task:
 # --------------------------------------------------------------------------- handlers
 
 
+#: How a command handler gets the task ID as an argument (see the module doc).
+ID_ARGS = ("auto", "plain", "none")
+
+
+def check_id_arg(value: Any, field: str = "--id-arg") -> str:
+    if value not in ID_ARGS:
+        raise BadInput(
+            field,
+            f"{value!r} is not one of {', '.join(ID_ARGS)} (auto: -- before an ID that begins "
+            "with -; plain: the ID as is; none: no ID argument, RSCHED_TASK_ID only)",
+        )
+    return str(value)
+
+
 @dataclass(frozen=True)
 class CommandHandler:
     argv: tuple[str, ...]
+    id_arg: str = "auto"
 
     def __str__(self) -> str:
         return " ".join(self.argv)
+
+    def command(self, task_id: str) -> list[str]:
+        """The argv for one task: the ID last, safe from being read as an option."""
+        if self.id_arg == "none":
+            return list(self.argv)
+        if self.id_arg == "auto" and task_id.startswith("-"):
+            return [*self.argv, "--", task_id]
+        return [*self.argv, task_id]
 
 
 @dataclass(frozen=True)
@@ -182,17 +233,33 @@ def load_callable(spec: str, field: str = "--call") -> PythonHandler:
     return PythonHandler(obj, f"{mod_name}:{attr}")
 
 
-def make_handler(spec: Any, field: str = "--handler") -> Handler:
-    """A handler from a callable, an argv list, ``"python:mod:fn"`` or a command string."""
+def make_handler(spec: Any, field: str = "--handler", id_arg: str | None = None) -> Handler:
+    """A handler from a callable, an argv list, ``"python:mod:fn"``, a command string,
+    or a table ``{"command": ..., "id_arg": "auto" | "plain" | "none"}``. ``id_arg``:
+    the default for a command that does not set its own."""
     if isinstance(spec, CommandHandler | PythonHandler):
         return spec
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"command", "id_arg"}
+        if unknown or "command" not in spec:
+            raise BadInput(
+                field,
+                "a handler table takes command (required) and id_arg"
+                + (f", not {sorted(unknown)[0]}" if unknown else ""),
+            )
+        mode = check_id_arg(spec.get("id_arg", id_arg or "auto"), f"{field}.id_arg")
+        cmd = spec["command"]
+        if not isinstance(cmd, str | list | tuple):
+            raise BadInput(f"{field}.command", "is not a command string or an argument list")
+        return CommandHandler(tuple(split_command(cmd, field)), mode)
     if callable(spec):
         name = f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
         return PythonHandler(spec, name)
     if isinstance(spec, str) and spec.strip().startswith("python:"):
         return load_callable(spec.strip()[len("python:") :], field)
     if isinstance(spec, str | list | tuple):
-        return CommandHandler(tuple(split_command(spec, field)))
+        mode = check_id_arg(id_arg, "--id-arg") if id_arg is not None else "auto"
+        return CommandHandler(tuple(split_command(spec, field)), mode)
     raise BadInput(field, f"{spec!r} is not a command, an argument list or a Python callable")
 
 
@@ -257,6 +324,37 @@ class HandlerTable:
         if self.fallback is not None:
             items.append("*")
         return ", ".join(items)
+
+    def globs(self) -> list[str]:
+        """The types this table runs, as the globs ``rsched queues`` matches: ``["*"]``
+        with a fallback."""
+        if self.fallback is not None:
+            return ["*"]
+        return [*self.exact, *(p for p, _ in self.patterns)]
+
+    def lua_patterns(self) -> list[str]:
+        """The types this table runs, as anchored Lua patterns for ``claim-11``; empty
+        with a fallback (every type)."""
+        if self.fallback is not None:
+            return []
+        return [lua_pattern(g) for g in self.globs()]
+
+
+def lua_pattern(glob: str) -> str:
+    """A type glob (``*``, ``?``, and type characters) -> an anchored Lua pattern that
+    matches the same types as ``fnmatch.fnmatchcase``."""
+    out = ["^"]
+    for ch in glob:
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch.isalnum() or ch == "_":
+            out.append(ch)
+        else:
+            out.append("%" + ch)  # . - : and anything else: literal
+    out.append("$")
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- options
@@ -420,7 +518,7 @@ class _Held:
         self.claim_server_ms = claim_server_ms
         self.child: Child | None = None
         self.started_mono: float | None = None
-        self.cancelled: str | None = None  # "lease lost" | "shutdown"
+        self.cancelled: str | None = None  # "lease lost" | "shutdown" | "cancelled"
         self.result: str | None = None  # ok | failed | timeout | unstarted
         self.exit_code: int | None = None
         self.error: str = ""
@@ -432,6 +530,18 @@ class _Held:
         if child is not None and child.popen is not None and child.poll() is None:
             child.killed = child.killed or reason
             child.signal_group(signal.SIGKILL)
+
+    def cancel(self) -> bool:
+        """``rsched cancel`` removed the task: tell a Python handler, SIGTERM a command's
+        process group (the caller SIGKILLs it after the grace). True if a child runs."""
+        self.cancelled = self.cancelled or "cancelled"
+        self.task.cancel_event.set()
+        child = self.child
+        if child is not None and child.popen is not None and child.poll() is None:
+            child.killed = child.killed or "cancelled"
+            child.signal_group(signal.SIGTERM)
+            return True
+        return False
 
 
 class _QueueState:
@@ -462,19 +572,21 @@ class _QueueState:
             keys.paused,
             keys.consumers,
             keys.history,
+            keys.lanes,
+            keys.handles,
         ]
         self.next_due = -1  # server ms, -1 none
         self.next_lease = -1
         self.paused = False
         self.last_claim = -1e18  # monotonic seconds
         self.offset_ms = 0.0  # server ms - local monotonic ms
-        self.checked = False  # claim-9 checked key types since start / the last error
+        self.checked = False  # claim-11 checked key types since start / the last error
 
 
 class Stats:
     def __init__(self) -> None:
         self.claimed = self.ok = self.failed = self.retried = self.dead = 0
-        self.lost = self.refused = self.released = 0
+        self.lost = self.refused = self.released = self.cancelled = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -569,6 +681,10 @@ class Consumer:
         self._hb_interval_s = min_lease / 3000.0
         self._idle_s = min(IDLE_CAP_MS, max(IDLE_MIN_MS, min_lease)) / 1000.0
         self._commands = self.handlers.has_commands
+        # What claim-11 gets: the types we run (registered for `rsched queues`) and as
+        # Lua patterns (none: every type, a `*` handler).
+        self._handles_json = json.dumps(self.handlers.globs(), separators=(",", ":"))
+        self._type_patterns = self.handlers.lua_patterns()
         # EWMA of a Python handler's run time; starts at one task per batch, grows when fast
         self._py_avg_s = PY_BATCH_TARGET_S
         self._rnd = random.Random()
@@ -590,6 +706,14 @@ class Consumer:
         self._waker: threading.Thread | None = None
         self._waker_armed = threading.Event()
         self._popped = False
+        # Cancellations heard on the queues' cancel channels: (queue, token), and the
+        # SIGKILLs due at the end of their grace: (monotonic deadline, held task).
+        self._cancels: collections.deque[tuple[str, str]] = collections.deque()
+        self._kill_at: list[tuple[float, _Held]] = []
+        self._cancel_grace_s = min(self.grace_ms / 1000.0, CANCEL_GRACE_MAX_S)
+        self._listener: threading.Thread | None = None
+        self._pubsub: Any = None
+        self._listening = True  # the cancel listener runs until _close (through the grace)
         self._ready_sent = False
         wd = systemd.watchdog_interval_s()
         self._wd_every_s = wd / 2 if wd else None
@@ -655,7 +779,7 @@ class Consumer:
         self._log(
             "info",
             f"consumer {self.id} stopped: {s.ok} ok, {s.failed} failed ({s.dead} dead), "
-            f"{s.lost} lost, {s.released} released",
+            f"{s.lost} lost, {s.cancelled} cancelled, {s.released} released",
         )
         return self.stats
 
@@ -696,6 +820,83 @@ class Consumer:
             t = threading.Thread(target=self._wake_loop, args=(group,), name=name, daemon=True)
             t.start()
             self._waker = self._waker or t
+        self._listener = threading.Thread(
+            target=self._cancel_loop, name="rsched-cancels", daemon=True
+        )
+        self._listener.start()
+
+    def _cancel_loop(self) -> None:
+        """Listen on the queues' cancel channels (``rsched cancel`` of a running task
+        publishes its claim token); hand each to the main loop. A message missed while
+        disconnected is not lost work: the task is gone, so the next heartbeat finds
+        its lease lost and kills the handler (later, and logged as a lost lease)."""
+        channels = {qs.keys.cancel_channel: qs.name for qs in self.queues}
+        delay = 0.1
+        while self._listening:
+            try:
+                ps = self._pubsub = self.rs.redis.pubsub(ignore_subscribe_messages=True)
+                ps.subscribe(*channels)
+                delay = 0.1
+                while self._listening:
+                    msg = ps.get_message(timeout=1.0)
+                    if msg and msg.get("type") == "message":
+                        ch, data = msg["channel"], msg["data"]
+                        ch = ch.decode() if isinstance(ch, bytes) else ch
+                        data = data.decode() if isinstance(data, bytes) else data
+                        if ch in channels:
+                            self._cancels.append((channels[ch], str(data)))
+                            self._notifier.notify()
+            except redis.exceptions.NoPermissionError as exc:
+                self._log(
+                    "error",
+                    f"cannot listen for cancellations ({_one_line(exc)}): a running task that "
+                    "is cancelled has its handler stopped at the next heartbeat instead; grant "
+                    f"+subscribe and &{self.rs.keys.ns}:* (see the README's ACL user)",
+                )
+                break
+            except Exception as exc:  # noqa: BLE001 - the listener never dies
+                if not self._listening:
+                    break
+                if not isinstance(exc, redis.RedisError):
+                    self._log("error", f"cancel listener: {_one_line(exc)}; retrying")
+                time.sleep(self._rnd.uniform(delay / 2, delay))
+                delay = min(RECONNECT_MAX_S, delay * 2)
+            finally:
+                try:
+                    if self._pubsub is not None:
+                        self._pubsub.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _take_cancels(self, now: float) -> None:
+        """Stop the handlers of tasks cancelled while they run; SIGKILL those whose
+        grace ran out."""
+        while self._cancels:
+            qname, token = self._cancels.popleft()
+            h = self._held.get((qname, token))
+            if h is None or h.cancelled:
+                continue
+            running = h.cancel()
+            self._log(
+                "info",
+                f"cancelled {h.task.member} in {qname} (token {token}): "
+                + (
+                    f"stopping its handler (SIGTERM, SIGKILL after {self._cancel_grace_s:g}s)"
+                    if running
+                    else "it will not run"
+                    if h.started_mono is None
+                    else "its result will not count"
+                ),
+            )
+            if running:
+                self._kill_at.append((now + self._cancel_grace_s, h))
+        if self._kill_at:
+            due = [(t, h) for t, h in self._kill_at if t <= now]
+            for _, h in due:
+                child = h.child
+                if child is not None and child.popen is not None and child.poll() is None:
+                    child.signal_group(signal.SIGKILL)
+            self._kill_at = [(t, h) for t, h in self._kill_at if t > now and h.result is None]
 
     def _stop_waker(self) -> None:
         """No more BZPOPMIN: a stopping consumer must not swallow a wake-up (such as the one
@@ -713,6 +914,9 @@ class Consumer:
 
     def _close(self) -> None:
         self._stop_waker()
+        self._listening = False
+        if self._listener is not None:
+            self._listener.join(timeout=2.0)
         for _ in self._workers:
             self._work.put(None)
         systemd.stopping()
@@ -725,6 +929,7 @@ class Consumer:
             pipe = self.rs.redis.pipeline(transaction=False)
             for qs in self.queues:
                 pipe.zrem(qs.keys.consumers, self.id)
+                pipe.hdel(qs.keys.handles, self.id)
             pipe.execute()
         except Exception as exc:  # noqa: BLE001
             self._log("debug", f"could not unregister ({_one_line(exc)}); the entry expires")
@@ -808,7 +1013,9 @@ class Consumer:
             }
         )
         child = Child(
-            [*handler.argv, task.id], env=env, stdin_data=task.payload_json.encode("utf-8") + b"\n"
+            handler.command(task.id),
+            env=env,
+            stdin_data=task.payload_json.encode("utf-8") + b"\n",
         )
         h.child = child
         if h.cancelled:  # lost / shut down while starting
@@ -835,6 +1042,7 @@ class Consumer:
         self._notifier.drain()
         now = time.monotonic()
         self._watchdog(now)
+        self._take_cancels(now)
         settled = self._settle()
         if self._stopping:
             if not self._stop_logged:
@@ -910,7 +1118,7 @@ class Consumer:
     def _claim(self, qs: _QueueState, n: int, per_slot: int) -> int:
         t0 = time.monotonic()
         out = self.rs.scripts(
-            "claim-9",
+            "claim-11",
             qs.claim_keys,
             [
                 n,
@@ -922,6 +1130,9 @@ class Consumer:
                 qs.name,
                 qs.opts.max_attempts,
                 0 if qs.checked else 1,
+                self._handles_json,
+                PARK_LIMIT,
+                *self._type_patterns,
             ],
         )
         qs.checked = True
@@ -1018,6 +1229,7 @@ class Consumer:
                     deadlines.append((qs.next_lease - qs.offset_ms + 1) / 1000.0)
         if self._held:
             deadlines.append(self._next_hb)
+        deadlines.extend(t for t, _ in self._kill_at)
         timeout = min(deadlines) - now
         if timeout <= 0:
             return
@@ -1045,7 +1257,8 @@ class Consumer:
                     self._log(
                         "error",
                         f"lease lost for {h.task.member} in {qname} (token {h.task.token}): "
-                        "another consumer may run it; killing its handler, its result will not count",
+                        "another consumer may run it, or it was cancelled; killing its handler, "
+                        "its result will not count",
                     )
                     h.kill("lease lost")
         self._next_hb = time.monotonic() + self._hb_interval_s
@@ -1093,6 +1306,18 @@ class Consumer:
                 self.stats.lost += 1
                 self._forget(h)
                 done.add(id(h))
+            elif h.cancelled == "cancelled":
+                # rsched cancel removed the task and recorded the run `cancelled`
+                self.stats.cancelled += 1
+                self._forget(h)
+                done.add(id(h))
+                if h.started_mono is not None:
+                    how = f"exit status {h.exit_code}" if h.exit_code is not None else "returned"
+                    self._log(
+                        "info",
+                        f"cancelled {h.task.member} in {h.task.queue}: its handler stopped "
+                        f"({how} after {h.duration_ms}ms)",
+                    )
             elif h.cancelled or h.result == "unstarted":
                 releases.setdefault(h.task.queue, []).append(h)
             elif h.result == "ok":

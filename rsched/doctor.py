@@ -84,6 +84,12 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("xadd", ("XADD", "K", "*", "f", "v")),
     ("xrange", None),
     ("xrevrange", ("XREVRANGE", "K", "+", "-", "COUNT", "1")),
+    # `rsched cancel` of a running task tells its consumer on the queue's cancel
+    # channel (in the namespace: the grant's &NS:*). Not probed: without them a
+    # cancelled task's handler is still stopped, at the next heartbeat.
+    ("publish", None),
+    ("subscribe", None),
+    ("unsubscribe", None),
 )
 #: The commands of the least-privilege grant, in the README's order.
 ACL_COMMANDS: tuple[str, ...] = tuple(name for name, _ in ACL_GRANT)
@@ -98,7 +104,10 @@ def acl_setuser(
 ) -> str:
     """The README's least-privilege ``ACL SETUSER`` line for ``user`` and ``namespace``."""
     rules = " ".join(f"+{c}" for c in ACL_COMMANDS)
-    return f"ACL SETUSER {user} reset on >{password} ~{namespace}:* resetchannels -@all {rules}"
+    return (
+        f"ACL SETUSER {user} reset on >{password} ~{namespace}:* resetchannels "
+        f"&{namespace}:* -@all {rules}"
+    )
 
 
 def _label(acl_name: str) -> str:

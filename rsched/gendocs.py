@@ -887,7 +887,13 @@ def man(tree: Node) -> str:
     out += [
         ".SS Task handlers (rsched run consumer)",
         "A handler is run by argv (split like a shell would, never by a shell); the task ID is "
-        "appended as its last argument and the payload arrives on standard input as JSON.",
+        "appended as its last argument and the payload arrives on standard input as JSON. "
+        "An ID that begins with - is never read as an option: by default (--id-arg auto) it "
+        "comes after the end-of-options marker, as -- -ID (getopt, argparse, click and the "
+        "coreutils honour it); any other ID is passed as is (./close-order 1001). --id-arg none "
+        "passes no ID argument (read RSCHED_TASK_ID); --id-arg plain passes it as is, even "
+        "--help (only for a program that takes no options). In the config file: "
+        'handlers.TYPE = {command = ..., id_arg = "none"}.',
         *_tagged(_HANDLER_ENV),
         ".SS Cron and exec jobs",
         *_tagged(_JOB_ENV),

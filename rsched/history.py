@@ -5,7 +5,7 @@ and queue (``{q:QUEUE}:history``) has a capped stream (``XADD ... MAXLEN ~``);
 each entry's field ``j`` holds one JSON object:
 
     kind (cron|exec|task), name, queue, type, id, fire_ms, started_ms,
-    finished_ms, duration_ms, result (ok|failed|timeout|lost|skipped|missed),
+    finished_ms, duration_ms, result (ok|failed|timeout|lost|skipped|missed|cancelled),
     exit_code, host, pid, attempt, token, error (stderr tail on failure)
 
 Reading is newest first, paged with XREVRANGE (never the whole stream).
@@ -25,7 +25,7 @@ from rsched.timeutil import iso
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
 
-RESULTS = ("ok", "failed", "timeout", "lost", "skipped", "missed")
+RESULTS = ("ok", "failed", "timeout", "lost", "skipped", "missed", "cancelled")
 FAILED_RESULTS = frozenset({"failed", "timeout", "lost"})
 PAGE = 200
 

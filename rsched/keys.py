@@ -13,6 +13,15 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:consumers   ZSET  consumer id -> registration expiry (ms)
     {ns}:{q:QUEUE}:history     STREAM execution records (capped)
     {ns}:{q:QUEUE}:stats       HASH  run counters for metrics
+    {ns}:{q:QUEUE}:lanes       HASH  type -> lane of its parked tasks ('#': lanes given out)
+    {ns}:{q:QUEUE}:handles     HASH  consumer id -> JSON array of the type globs it runs
+    {ns}:{q:QUEUE}:cancel      Pub/Sub channel: claim tokens of running tasks cancelled
+
+A due task that a consumer cannot run (it has no handler for the type) is
+*parked*: it stays in ``sched``, due, with its score moved into its type's
+lane below every real due time (``due - lane * 2**42``; ``rsched/lua/_lanes.lua``),
+so a consumer of that type finds it with one range read and the others never
+read it again. :func:`due_of_score` turns a score back into the due time.
 
     {ns}:{c:NAME}:ticks        ZSET  fire_ms -> claim time: each tick is claimed once ever
     {ns}:{c:NAME}:state        HASH  schedule, tz, last_tick, last_run_fire, last_result, last_host,
@@ -56,6 +65,23 @@ def member(task_type: str, task_id: str) -> str:
 def split_member(m: str) -> tuple[str, str]:
     t, _, i = m.partition(" ")
     return t, i
+
+
+#: The width of a parked type's lane of sched scores (2**42 ms; see _lanes.lua).
+LANE_MS = 1 << 42
+
+
+def due_of_score(score: float) -> int:
+    """A ``sched`` score -> the task's due time (ms): itself, or a parked task's."""
+    s = int(score)
+    if s >= 0:
+        return s
+    return s + -(s // LANE_MS) * LANE_MS
+
+
+def lane_bounds(lane: int) -> tuple[int, str]:
+    """Lane ``lane``'s scores, as ZRANGEBYSCORE/ZCOUNT bounds (max exclusive)."""
+    return -lane * LANE_MS, f"({-(lane - 1) * LANE_MS}"
 
 
 #: Separates a queue's name from its partition number in a partition's name.
@@ -129,6 +155,22 @@ class QueueKeys:
     @property
     def stats(self) -> str:
         return self._k("stats")
+
+    @property
+    def lanes(self) -> str:
+        """HASH type -> lane number of its parked tasks; field ``#``: lanes given out."""
+        return self._k("lanes")
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/Sub channel (not a key): ``rsched cancel`` of a running task publishes
+        its claim token here; the consumer running it stops its handler."""
+        return self._k("cancel")
+
+    @property
+    def handles(self) -> str:
+        """HASH consumer id -> JSON array of the type globs the consumer runs."""
+        return self._k("handles")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ Queues (label ``queue``)::
     rsched_queue_lag_seconds             age of the oldest due task (0 when none waits)
     rsched_queue_consumers               live consumers
     rsched_queue_paused                  1 while the queue is paused
+    rsched_queue_unrunnable_tasks        due tasks no live consumer has a handler for
+    rsched_queue_unrunnable_lag_seconds  age of the oldest of them (0 when none)
     rsched_task_runs_total{type,result}  handler runs: ok | failed | timeout | ...
     rsched_task_dead_total{type}         tasks moved to the dead-letter set
 
@@ -116,6 +118,16 @@ class RschedCollector:
         paused = core.GaugeMetricFamily(
             "rsched_queue_paused", "1 while the queue is paused.", labels=["queue"]
         )
+        unrunnable = core.GaugeMetricFamily(
+            "rsched_queue_unrunnable_tasks",
+            "Due tasks no live consumer can run (no handler for their type).",
+            labels=["queue"],
+        )
+        unrunnable_lag = core.GaugeMetricFamily(
+            "rsched_queue_unrunnable_lag_seconds",
+            "Age of the oldest due task no live consumer can run (0 when none).",
+            labels=["queue"],
+        )
         for s in stats:
             for state in ("scheduled", "due", "processing", "dead"):
                 tasks.add_metric([s.queue, state], getattr(s, state))
@@ -123,7 +135,9 @@ class RschedCollector:
             lag.add_metric([s.queue], s.lag_ms / 1000)
             consumers.add_metric([s.queue], s.consumers)
             paused.add_metric([s.queue], 1 if s.paused else 0)
-        yield from (tasks, stale, lag, consumers, paused)
+            unrunnable.add_metric([s.queue], s.unrunnable)
+            unrunnable_lag.add_metric([s.queue], s.unrunnable_lag_ms / 1000)
+        yield from (tasks, stale, lag, consumers, paused, unrunnable, unrunnable_lag)
 
         runs = core.CounterMetricFamily(
             "rsched_task_runs",

@@ -105,6 +105,12 @@ class QueueStats:
     consumers: int
     paused: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Due tasks that no live consumer can run (no handler for their type), the age of
+    #: the oldest of them, and the types of those parked (sorted). With no live
+    #: consumer at all: every due task.
+    unrunnable: int = 0
+    unrunnable_lag_ms: int = 0
+    unrunnable_types: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +125,9 @@ class QueueStats:
             "lag_ms": self.lag_ms,
             "consumers": self.consumers,
             "paused": self.paused,
+            "unrunnable": self.unrunnable,
+            "unrunnable_lag_ms": self.unrunnable_lag_ms,
+            "unrunnable_types": self.unrunnable_types,
         }
 
 
@@ -603,12 +612,25 @@ def add_lines(
 
 
 def cancel(rs: Rsched, task_type: str, task_id: str, queue: str = "default") -> str:
+    """Remove a task; returns the state it was in. A running task's handler is
+    stopped by its consumer (told on the queue's cancel channel) and the run is
+    recorded ``cancelled``."""
     validate.task_type(task_type)
     validate.task_id(task_id)
     validate.queue(queue)
-    q = rs.keys.queue(P.of_task(rs, queue, task_type, task_id))
+    stored = P.of_task(rs, queue, task_type, task_id)
+    q = rs.keys.queue(stored)
+    ident = rs.identity()
     state = rs.scripts(
-        "cancel-4", [q.sched, q.proc, q.dead, q.tasks], [K.member(task_type, task_id)]
+        "cancel-5",
+        [q.sched, q.proc, q.dead, q.tasks, q.history],
+        [
+            K.member(task_type, task_id),
+            rs.history_maxlen,
+            stored,
+            q.cancel_channel,
+            f"{ident['host']} pid {ident['pid']}",
+        ],
     )
     if not state:
         raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
@@ -635,7 +657,7 @@ def _decode(
     if state in ("processing", "dead") or score is None:
         due = in_record
     else:
-        due = int(score)
+        due = K.due_of_score(score)  # a parked task's score is in its type's lane
     return Task(
         type=t,
         id=i,
@@ -780,8 +802,18 @@ def _stored_names(rs: Rsched, queues: list[str]) -> list[str]:
     return [name for q in queues for name in P.names(rs, q)]
 
 
+def _runs(globs: set[str], task_type: str) -> bool:
+    import fnmatch
+
+    return any(g == "*" or fnmatch.fnmatchcase(task_type, g) for g in globs)
+
+
 def queue_stats(rs: Rsched, queues: list[str] | None = None) -> list[QueueStats]:
-    """One row per queue; a partitioned queue's partitions summed into its row."""
+    """One row per queue; a partitioned queue's partitions summed into its row.
+
+    Two pipelined round trips: the counts, the lanes of parked types and the live
+    consumers' registered types, then per parked type its count and oldest task
+    (tasks a consumer could not run; see rsched/keys.py)."""
     names = queues if queues is not None else known_queues(rs)
     stored = {name: P.names(rs, name) for name in names}
     now = rs.now_ms()
@@ -794,27 +826,70 @@ def queue_stats(rs: Rsched, queues: list[str] | None = None) -> list[QueueStats]
             pipe.zcard(q.proc)
             pipe.zcount(q.proc, "-inf", now)
             pipe.zcard(q.dead)
-            pipe.zrange(q.sched, 0, 0, withscores=True)
+            pipe.zrangebyscore(q.sched, 0, "+inf", start=0, num=1, withscores=True)
             pipe.zrangebyscore(q.sched, f"({now}", "+inf", start=0, num=1, withscores=True)
-            pipe.zcount(q.consumers, f"({now}", "+inf")
+            pipe.zrangebyscore(q.consumers, f"({now}", "+inf")
             pipe.exists(q.paused)
+            pipe.hgetall(q.lanes)
+            pipe.hgetall(q.handles)
     res = _exec(pipe) if names else []
+    # Round two: every parked type's count and oldest task.
+    lanes_of: list[list[tuple[str, int]]] = []
+    pipe = rs.redis.pipeline(transaction=False)
+    flat = [part for name in names for part in stored[name]]
+    for j, part in enumerate(flat):
+        sched_key = rs.keys.queue(part).sched
+        lanes = [(t, int(v)) for t, v in res[11 * j + 9].items() if t != "#"]
+        lanes_of.append(lanes)
+        for _, lane in lanes:
+            lo, hi = K.lane_bounds(lane)
+            pipe.zcount(sched_key, lo, hi)
+            pipe.zrangebyscore(sched_key, lo, hi, start=0, num=1, withscores=True)
+    parked = _exec(pipe) if any(lanes_of) else []
     out = []
     i = 0
+    k = 0
     for name in names:
         total = due = proc = stale = dead = lag = consumers = 0
         nxt_ms: int | None = None
         paused = False
+        unrunnable = unrunnable_lag = 0
+        unrunnable_types: set[str] = set()
         for _ in stored[name]:
-            t, d, pr, st, de, first, nxt, co, pa = res[9 * i : 9 * i + 9]
+            t, d, pr, st, de, first, nxt, live, pa, _lanes, handles = res[11 * i : 11 * i + 11]
+            lanes = lanes_of[i]
             i += 1
             total, due, proc, stale, dead = total + t, due + d, proc + pr, stale + st, dead + de
             if first and first[0][1] <= now:
                 lag = max(lag, now - int(first[0][1]))
             if nxt:
                 nxt_ms = int(nxt[0][1]) if nxt_ms is None else min(nxt_ms, int(nxt[0][1]))
-            consumers = max(consumers, co)  # a consumer registers in every partition
+            consumers = max(consumers, len(live))  # a consumer registers in every partition
             paused = paused or bool(pa)
+            # What the live consumers run (one of an older version registers nothing:
+            # it takes every type).
+            globs: set[str] = set()
+            for cid in live:
+                try:
+                    globs.update(json.loads(handles[cid]))
+                except (KeyError, TypeError, ValueError):
+                    globs.add("*")
+            unparked = d
+            for task_type, _ in lanes:
+                count, oldest = parked[k], parked[k + 1]
+                k += 2
+                if not count:
+                    continue
+                unparked -= count
+                age = now - K.due_of_score(oldest[0][1])
+                lag = max(lag, age)
+                if not _runs(globs, task_type):
+                    unrunnable += count
+                    unrunnable_lag = max(unrunnable_lag, age)
+                    unrunnable_types.add(task_type)
+            if not live and unparked > 0:  # nobody at all: every due task waits
+                unrunnable += unparked
+                unrunnable_lag = max(unrunnable_lag, now - int(first[0][1]))
         n = len(stored[name])
         out.append(
             QueueStats(
@@ -829,6 +904,9 @@ def queue_stats(rs: Rsched, queues: list[str] | None = None) -> list[QueueStats]
                 consumers=consumers,
                 paused=paused,
                 extra={"partitions": n} if n > 1 else {},
+                unrunnable=unrunnable,
+                unrunnable_lag_ms=unrunnable_lag,
+                unrunnable_types=sorted(unrunnable_types),
             )
         )
     return out

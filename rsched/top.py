@@ -176,7 +176,14 @@ class Col:
 
 
 def _text(v: Text | str) -> Text:
-    return v if isinstance(v, Text) else Text(v)
+    """A cell, with any control character read from Redis written as an escape (rich
+    drops a few, but lets ESC through to the terminal)."""
+    from rsched.cli.render import printable
+
+    if isinstance(v, Text):
+        plain = v.plain
+        return v if plain.isprintable() else Text(printable(plain), style=v.style)
+    return Text(printable(v))
 
 
 def _fit(cols: Sequence[Col], cells: list[list[Text]], width: int) -> list[int | None]:

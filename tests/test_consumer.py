@@ -210,15 +210,18 @@ def test_failure_retries_with_backoff_then_dead_with_exit_status_and_stderr(
     assert "dead job.f f1" in err.read_text()
 
 
-def test_no_handler_is_a_failure_then_dead(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+def test_no_handler_leaves_the_task_due_not_dead(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    """It was "a failure, then dead" ("no handler for nope" after max attempts)."""
     cli("add", "nope", "n1", "--max-attempts", "2", check=0)
+    cli("add", "other", "o1", check=0)
     p, _ = start(
         cli, tmp_path, "--handler", "other=true", "--backoff", "10ms", "--backoff-max", "20ms"
     )
-    wait_for(lambda: state(rs, "nope", "n1") == "dead", timeout=20, what="task dead")
+    wait_for(lambda: gone(rs, "other", "o1"), timeout=20, what="its own task run")
+    wait_for(lambda: rs.queues()[0].unrunnable == 1, timeout=20, what="nope parked")
     assert stop(p) == 0
     t = rs.show("nope", "n1")
-    assert t.last_error == "no handler for nope" and t.attempts == 2
+    assert t.state == "due" and t.attempts == 0 and t.last_error is None
 
 
 def test_timeout_kills_the_whole_process_group(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
@@ -484,7 +487,7 @@ def _commands(client: Any) -> Counter[str]:
 
 
 #: The measured idle window: one and a half idle cadences (10 s). Whatever the phase,
-#: it holds one or two claim-9 calls and one or two BZPOPMIN timeouts.
+#: it holds one or two claim-11 calls and one or two BZPOPMIN timeouts.
 IDLE_WINDOW_S = 15.0
 
 
@@ -492,7 +495,7 @@ def test_idle_consumer_costs_redis_almost_nothing(
     own_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
     """Counted the strict way: INFO commandstats, which counts each command a script
-    runs. An idle cadence costs 7 (claim-9: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
+    runs. An idle cadence costs 7 (claim-11: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
     one BZPOPMIN), so the window sees at most 14 in 15 s; the old 5 s cadence with
     type checks in every claim cost 17 + 1 per 5 s (3.4/s)."""
     cli = Cli(own_server, namespace, cwd=str(tmp_path))
@@ -616,7 +619,9 @@ def test_a_lost_lease_kills_the_handler_and_its_result_does_not_count(
     pid_file = tmp_path / "pid.txt"
     wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=15, what="handler")
     pid = int(pid_file.read_text())
-    rs.cancel("t.l", "l1")  # the task is gone: the next heartbeat finds the lease lost
+    # its lease is gone (reaped by another consumer, say): the next heartbeat finds it lost
+    # (`rsched cancel` no longer goes this way: it tells the consumer at once)
+    rs.redis.zrem(rs.keys.queue("default").proc, "t.l l1")
     wait_for(lambda: not alive(pid), timeout=10, what="handler killed after its lease was lost")
     wait_for(lambda: "lease lost for t.l l1" in err.read_text(), timeout=10, what="log line")
     assert stop(p) == 0
@@ -626,13 +631,25 @@ def test_a_lost_lease_kills_the_handler_and_its_result_does_not_count(
 def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
     """The Lua contract under the consumer: a stale token is refused by every operation."""
     q = rs.keys.queue("default")
-    claim_keys = [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history]
+    claim_keys = [
+        q.sched,
+        q.proc,
+        q.dead,
+        q.tasks,
+        q.wake,
+        q.seq,
+        q.paused,
+        q.consumers,
+        q.history,
+        q.lanes,
+        q.handles,
+    ]
     add_many(rs, "t.tok", ["x"])
-    out = rs.scripts("claim-9", claim_keys, [1, 300, "old", 15000, 100, 100, "default", 5])
+    out = rs.scripts("claim-11", claim_keys, [1, 300, "old", 15000, 100, 100, "default", 5])
     old_token = out[6 + 4]
     # the old consumer stalls: its lease expires, the task is reaped and claimed again
     wait_for(lambda: rs.now_ms() > int(rs.redis.zscore(q.proc, "t.tok x") or 0), timeout=5)
-    out = rs.scripts("claim-9", claim_keys, [1, 60000, "new", 15000, 100, 100, "default", 5])
+    out = rs.scripts("claim-11", claim_keys, [1, 60000, "new", 15000, 100, 100, "default", 5])
     assert out[4] == 1 and len(out) == 6 + 7
     new_token = out[6 + 4]
     assert new_token != old_token and out[6 + 2] == 2  # attempt 2
@@ -653,7 +670,19 @@ def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
 
 def _claim_keys(rs: Rsched) -> list[str]:
     q = rs.keys.queue("default")
-    return [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history]
+    return [
+        q.sched,
+        q.proc,
+        q.dead,
+        q.tasks,
+        q.wake,
+        q.seq,
+        q.paused,
+        q.consumers,
+        q.history,
+        q.lanes,
+        q.handles,
+    ]
 
 
 def _snapshot(rs: Rsched) -> dict[str, Any]:
@@ -674,7 +703,7 @@ def _snapshot(rs: Rsched) -> dict[str, Any]:
 
 
 def test_claim_without_type_checks_reads_before_writing(rs: Rsched) -> None:
-    """claim-9 with check "0" (the idle consumer's call) skips the TYPE checks only
+    """claim-11 with check "0" (the idle consumer's call) skips the TYPE checks only
     while it has nothing to write but its registration: a key of another type still
     fails with the clear error, before anything is written (Lua does not roll back)."""
     from rsched.errors import WrongKeyType
@@ -686,25 +715,25 @@ def test_claim_without_type_checks_reads_before_writing(rs: Rsched) -> None:
     rs.redis.set(q.sched, "someone else's data")
     before = _snapshot(rs)
     with pytest.raises(WrongKeyType):
-        rs.scripts("claim-9", keys, args)
+        rs.scripts("claim-11", keys, args)
     assert _snapshot(rs) == before
     rs.redis.delete(q.sched)
     # A stale lease to reap, and `dead` (written by a reap, read by nothing before it)
     # is someone else's: the checks run because there is work, before the first write.
     add_many(rs, "t.s", ["a", "b"])
-    out = rs.scripts("claim-9", keys, [2, 300, "c0", 30_000, 100, 100, "default", 1, 1])
+    out = rs.scripts("claim-11", keys, [2, 300, "c0", 30_000, 100, 100, "default", 1, 1])
     assert len(out) == 6 + 2 * 7
     wait_for(lambda: rs.now_ms() > int(rs.redis.zscore(q.proc, "t.s a") or 0), timeout=5)
     rs.redis.set(q.dead, "someone else's data")
     before = _snapshot(rs)
     with pytest.raises(WrongKeyType):
-        rs.scripts("claim-9", keys, args)
+        rs.scripts("claim-11", keys, args)
     assert _snapshot(rs) == before
     rs.redis.delete(q.dead)
     # Nothing to do and a well-typed namespace: no TYPE check, the registration only.
     rs.redis.delete(q.proc)
     c0 = _commands(rs.redis)
-    out = rs.scripts("claim-9", keys, args)
+    out = rs.scripts("claim-11", keys, args)
     assert out[1:] == [-1, -1, 0, 0, 0]
     calls = _commands(rs.redis) - c0
     assert calls["type"] == 0 and calls["zadd"] == 1 and calls["zremrangebyscore"] == 0
@@ -721,7 +750,7 @@ def test_a_claim_that_fails_leaves_its_due_tasks_due(rs: Rsched) -> None:
     rs.redis.set(q.seq, "not a number")
     before = _snapshot(rs)
     with pytest.raises(ResponseError, match="not an integer"):
-        rs.scripts("claim-9", _claim_keys(rs), [10, 60_000, "c1", 30_000, 100, 100, "default", 5])
+        rs.scripts("claim-11", _claim_keys(rs), [10, 60_000, "c1", 30_000, 100, 100, "default", 5])
     after = _snapshot(rs)
     registration = after.pop(q.consumers)
     before.pop(q.consumers)
@@ -923,3 +952,293 @@ def test_slow_python_handlers_do_not_hoard_tasks(cli: Cli, rs: Rsched, tmp_path:
     per = Counter(x.split()[2] for x in lines(tmp_path / "ran.txt"))
     assert len(pids) == 2 and min(per.values()) >= 3, per  # prefetch adapts to slow handlers
     assert all(stop(p) == 0 for p in procs)
+
+
+# ----------------------------------------------------------------------------- IDs as options
+
+ARGPARSE_HANDLER = """
+import argparse, os
+p = argparse.ArgumentParser()
+p.add_argument("--dry-run", action="store_true")
+p.add_argument("task_id")
+a = p.parse_args()
+with open(os.path.join(os.environ["OUT_DIR"], "ran.txt"), "a") as fh:
+    fh.write(a.task_id + "\\n")
+"""
+
+
+def test_an_id_beginning_with_dash_never_reaches_sort_as_an_option(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    proof = tmp_path / "proof.txt"
+    cli("add", "--max-attempts", "1", "--payload", '"secret payload"', "--",
+        "sort.it", f"--output={proof}", check=0)  # fmt: skip
+    res = cli("run", "consumer", "--handler", "sort.it=/usr/bin/sort", "--burst", check=0)
+    assert not proof.exists(), "sort took the task ID as its --output option"
+    # sort was run, with the ID as a file operand it could not read: a failure, not an ack
+    t = rs.show("sort.it", f"--output={proof}")
+    assert t.state == "dead", res.stderr
+    assert f"--output={proof}" in (t.last_error or "") and "No such file" in (t.last_error or "")
+
+
+def test_an_argparse_handler_gets_an_id_like_help_as_its_positional_argument(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "handler.py", ARGPARSE_HANDLER, shell=sys.executable)
+    for tid in ("--help", "-x", "1001", "--dry-run"):
+        cli("add", "--", "job.run", tid, check=0)
+    cli("run", "consumer", "--handler", f"job.run={h}", "--burst", check=0,
+        env={"OUT_DIR": str(tmp_path)})  # fmt: skip
+    ran = sorted(lines(tmp_path / "ran.txt"))
+    assert ran == sorted(["--help", "-x", "1001", "--dry-run"])
+    assert all(gone(rs, "job.run", t) for t in ("--help", "-x", "1001", "--dry-run"))
+
+
+def test_id_arg_auto_keeps_plain_ids_as_is_and_none_and_plain_opt_out(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    rec = script(tmp_path, "rec.py", RECORDER.replace(
+        'os.environ["RSCHED_TASK_ID"]', 'os.environ["RSCHED_TASK_TYPE"] + os.environ["RSCHED_TASK_ID"]'
+    ), shell=sys.executable)  # fmt: skip
+    (tmp_path / "rsched.toml").write_text(
+        "[handlers]\n"
+        f'"a.auto" = "{rec} --flag"\n'
+        f'"b.none" = {{command = ["{rec}"], id_arg = "none"}}\n'
+    )
+    for t, i in (("a.auto", "1001"), ("a.auto", "-5"), ("b.none", "-5")):
+        cli("add", "--", t, i, check=0)
+    cli("run", "consumer", "--burst", check=0, env={"OUT_DIR": str(tmp_path)})
+    # --id-arg: for every command handler that does not set its own
+    cli("add", "--", "c.plain", "-7", check=0)
+    cli("run", "consumer", "--handler", f"c.plain={rec}", "--id-arg", "plain", "--burst",
+        check=0, env={"OUT_DIR": str(tmp_path)})  # fmt: skip
+
+    def argv(name: str) -> list[str]:
+        return list(json.loads((tmp_path / f"{name}.json").read_text())["argv"])
+
+    assert argv("a.auto1001") == ["--flag", "1001"]  # ./close-order 1001, unchanged
+    assert argv("a.auto-5") == ["--flag", "--", "-5"]  # still the last argument
+    assert argv("b.none-5") == []  # RSCHED_TASK_ID only
+    assert argv("c.plain-7") == ["-7"]  # opted out
+
+
+def test_bad_id_arg_is_refused_before_connecting(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "rsched.toml").write_text('[handlers]\n"a" = {command = "true", id_arg = "x"}\n')
+    res = cli("--redis-url", "redis://127.0.0.1:1/0", "run", "consumer", "--burst")
+    assert res.returncode == 78 and "handlers.a.id_arg" in res.stderr, res.stderr
+    res = cli("run", "consumer", "--handler", "a=true", "--id-arg", "x", "--burst")
+    assert res.returncode == 2 and "--id-arg" in res.stderr
+
+
+# ----------------------------------------------------------------------------- types a consumer runs
+
+TYPE_RECORDER = """
+import os, sys
+who, tid = sys.argv[1], sys.argv[-1]
+with open(os.path.join(os.environ["OUT_DIR"], "runs.txt"), "a") as fh:
+    fh.write(f"{os.environ['RSCHED_TASK_TYPE']} {tid} {who} {os.environ['RSCHED_ATTEMPT']}\\n")
+"""
+
+
+def _queue(cli: Cli) -> dict[str, Any]:
+    (row,) = cli.json("queues")
+    return dict(row)
+
+
+def test_a_consumer_leaves_types_it_cannot_run_due_and_queues_shows_them(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    """The README's tour: a consumer with an order.close handler and a report.send
+    task. Today's claim took it and dead-lettered it ("no handler for report.send")."""
+    rec = script(tmp_path, "rec.py", TYPE_RECORDER, shell=sys.executable)
+    env = {"OUT_DIR": str(tmp_path)}
+    added = cli.json("add", "report.send", "r-77", "--payload", '{"to":"ops"}')
+    cli("add", "order.close", "1001", check=0)
+    p, err = start(cli, tmp_path, "--handler", f"order.close={rec} A", env=env)
+    wait_for(lambda: gone(rs, "order.close", "1001"), timeout=15, what="order run")
+    wait_for(lambda: _queue(cli)["unrunnable"] == 1, timeout=15, what="queues shows it")
+    row = _queue(cli)
+    assert row["due"] == 1 and row["unrunnable_types"] == ["report.send"]
+    assert row["unrunnable_lag_ms"] > 0 and row["lag_ms"] >= row["unrunnable_lag_ms"]
+    table = cli("queues", check=0).stdout
+    assert "NO HANDLER" in table and "report.send" in table
+    t = rs.show("report.send", "r-77")
+    assert t.state == "due" and t.attempts == 0 and t.last_error is None
+    assert t.due_ms == added["due_ms"]  # a parked task keeps its due time
+    [listed] = cli.json("list", "--state", "due")
+    assert listed["id"] == "r-77" and listed["due_ms"] == added["due_ms"]
+    text = cli("metrics", check=0).stdout
+    assert 'rsched_queue_unrunnable_tasks{queue="default"} 1.0' in text
+    # A consumer that can run it takes it: once, first attempt, its payload intact.
+    q, _ = start(cli, tmp_path, "--handler", f"report.*={rec} B", name="b", env=env)
+    wait_for(lambda: gone(rs, "report.send", "r-77"), timeout=15, what="report run")
+    assert sorted(lines(tmp_path / "runs.txt")) == [
+        "order.close 1001 A 1",
+        "report.send r-77 B 1",
+    ]
+    wait_for(lambda: _queue(cli)["unrunnable"] == 0, timeout=15, what="nothing left")
+    assert stop(p) == 0 and stop(q) == 0
+    assert "no handler" not in err.read_text()
+    assert all(h["result"] == "ok" for h in history(rs))
+
+
+def test_with_no_live_consumer_every_due_task_counts_as_unrunnable(cli: Cli) -> None:
+    cli("add", "a.x", "1", check=0)
+    cli("add", "--in", "1h", "a.x", "2", check=0)
+    row = _queue(cli)
+    assert row["consumers"] == 0 and row["unrunnable"] == 1 and row["unrunnable_types"] == []
+
+
+def test_a_star_handler_takes_every_type_parked_ones_included(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    rec = script(tmp_path, "rec.py", TYPE_RECORDER, shell=sys.executable)
+    env = {"OUT_DIR": str(tmp_path)}
+    add_many(rs, "x.one", [str(i) for i in range(30)])
+    add_many(rs, "y.two", [str(i) for i in range(30)])
+    # a consumer of x.* parks the y.two tasks and runs its own
+    cli("run", "consumer", "--handler", f"x.*={rec} X", "--burst", check=0, env=env)
+    assert rs.redis.hlen(rs.keys.queue("default").lanes) == 2  # y.two's lane and '#'
+    assert [t.type for t in rs.list(state="due")] == ["y.two"] * 30
+    cli("run", "consumer", "--handler", f"*={rec} S", "--burst", check=0, env=env)
+    runs = Counter(tuple(line.split()[::2]) for line in lines(tmp_path / "runs.txt"))
+    assert runs == {("x.one", "X"): 30, ("y.two", "S"): 30}
+    assert rs.queues()[0].due == 0
+
+
+@pytest.mark.valkey
+def test_consumers_of_different_types_share_a_queue_each_taking_its_own(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    """Three real consumer processes, two types interleaved at the head of one queue:
+    every task runs once, on the consumer that has its handler; none fails."""
+    rec = script(tmp_path, "rec.py", TYPE_RECORDER, shell=sys.executable)
+    env = {"OUT_DIR": str(tmp_path)}
+    ids = [str(i) for i in range(120)]
+    add_many(rs, "order.close", ids)
+    add_many(rs, "report.send", ids)
+    procs = [
+        start(cli, tmp_path, "--handler", f"order.close={rec} A", "--concurrency", "4",
+              name="a", env=env)[0],
+        start(cli, tmp_path, "--handler", f"order.close={rec} A2", name="a2", env=env)[0],
+        start(cli, tmp_path, "--handler", f"report.*={rec} B", "--concurrency", "4",
+              name="b", env=env)[0],
+    ]  # fmt: skip
+    wait_for(lambda: len(lines(tmp_path / "runs.txt")) >= 240, timeout=60, what="all run")
+    wait_for(lambda: rs.queues()[0].processing == 0, timeout=15, what="settled")
+    for p in procs:
+        assert stop(p) == 0
+    runs = [line.split() for line in lines(tmp_path / "runs.txt")]
+    assert len(runs) == 240
+    assert Counter((t, i) for t, i, _, _ in runs) == {
+        (t, i): 1 for t in ("order.close", "report.send") for i in ids
+    }
+    assert {w for t, _, w, _ in runs if t == "report.send"} == {"B"}
+    assert {w for t, _, w, _ in runs if t == "order.close"} <= {"A", "A2"}
+    assert {a for _, _, _, a in runs} == {"1"}  # no failed attempt
+    assert all(h["result"] == "ok" for h in history(rs))
+
+
+# ----------------------------------------------------------------------------- cancel of a running task
+
+
+def _cancelled_records(rs: Rsched) -> list[dict[str, Any]]:
+    return [h for h in history(rs) if h["result"] == "cancelled"]
+
+
+def test_cancel_of_a_running_command_handler_stops_it_and_records_cancelled(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    """Today the handler ran on to its end, the consumer logged "ack refused … reaped
+    or claimed again" and no history record was written."""
+    h = script(tmp_path, "long.sh", """
+        echo $$ > "$OUT_DIR/$RSCHED_TASK_ID.pid"
+        sleep 300 &
+        echo $! > "$OUT_DIR/$RSCHED_TASK_ID.child"
+        wait
+        echo finished > "$OUT_DIR/$RSCHED_TASK_ID.done"
+    """)  # fmt: skip
+    env = {"OUT_DIR": str(tmp_path)}
+    cli("add", "job.long", "j1", check=0)
+    p, err = start(cli, tmp_path, "--handler", f"job.long={h}", "--handler", "job.next=true",
+                   "--grace", "2s", env=env)  # fmt: skip
+    pid_file = tmp_path / "j1.pid"
+    wait_for(lambda: (tmp_path / "j1.child").exists(), timeout=15, what="handler running")
+    pid, child = int(pid_file.read_text()), int((tmp_path / "j1.child").read_text())
+    out = cli.json("cancel", "job.long", "j1")
+    assert out["was"] == "processing"
+    # stopped by SIGTERM to its group (the sleep too), well before its lease (60 s)
+    wait_for(lambda: not alive(pid) and not alive(child), timeout=10, what="handler stopped")
+    assert not (tmp_path / "j1.done").exists()
+    (rec,) = _cancelled_records(rs)
+    assert rec["type"] == "job.long" and rec["id"] == "j1" and rec["attempt"] == 1
+    assert rec["token"] and "cancelled while running" in rec["error"]
+    assert [r["result"] for r in cli.json("history", "--queue", "default")] == ["cancelled"]
+    wait_for(lambda: "cancelled job.long j1" in err.read_text(), timeout=10, what="log line")
+    # the consumer goes on: the next task runs
+    cli("add", "job.next", "n1", check=0)
+    wait_for(lambda: gone(rs, "job.next", "n1"), timeout=15, what="next task run")
+    assert stop(p) == 0
+    text = err.read_text()
+    assert "ack refused" not in text and "failure report refused" not in text
+    assert "lease lost" not in text
+
+
+def test_cancel_sigkills_a_handler_that_ignores_sigterm_after_the_grace(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = script(tmp_path, "stubborn.sh", """
+        trap '' TERM
+        echo $$ > "$OUT_DIR/pid"
+        while :; do sleep 0.1; done
+    """)  # fmt: skip
+    cli("add", "job.stub", "s1", check=0)
+    p, err = start(cli, tmp_path, "--handler", f"job.stub={h}", "--grace", "1s",
+                   env={"OUT_DIR": str(tmp_path)})  # fmt: skip
+    wait_for(lambda: (tmp_path / "pid").exists(), timeout=15, what="handler running")
+    pid = int((tmp_path / "pid").read_text())
+    cli("cancel", "job.stub", "s1", check=0)
+    wait_for(lambda: "SIGKILL after 1s" in err.read_text(), timeout=10, what="SIGTERM sent")
+    assert alive(pid)  # it ignores SIGTERM ...
+    wait_for(lambda: not alive(pid), timeout=10, what="SIGKILL after the grace")  # ... not SIGKILL
+    assert [r["result"] for r in history(rs)] == ["cancelled"]
+    assert stop(p) == 0
+
+
+PY_CANCEL = """
+import os, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def work(task):
+    open(os.path.join(HERE, "started"), "w").close()
+    deadline = time.monotonic() + 60
+    while not task.cancelled and time.monotonic() < deadline:
+        task.cancel_event.wait(0.05)
+    with open(os.path.join(HERE, "saw"), "w") as fh:
+        fh.write("cancelled" if task.cancelled else "timed out")
+"""
+
+
+def test_a_python_handler_sees_the_cancellation_and_its_result_does_not_count(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    (tmp_path / "pcancel.py").write_text(textwrap.dedent(PY_CANCEL))
+    cli("add", "py.work", "w1", check=0)
+    p, err = start(cli, tmp_path, "--call", "py.work=pcancel:work")
+    wait_for(lambda: (tmp_path / "started").exists(), timeout=15, what="handler running")
+    cli("cancel", "py.work", "w1", check=0)
+    wait_for(lambda: (tmp_path / "saw").exists(), timeout=10, what="handler returned")
+    assert (tmp_path / "saw").read_text() == "cancelled"
+    wait_for(lambda: "its handler stopped" in err.read_text(), timeout=10, what="settled")
+    assert [r["result"] for r in history(rs)] == ["cancelled"]
+    assert rs.redis.hget(rs.keys.queue("default").stats, "ok|py.work") is None
+    assert stop(p) == 0
+    assert "ack refused" not in err.read_text()
+
+
+def test_cancelled_is_a_history_result_value() -> None:
+    from rsched.history import FAILED_RESULTS, RESULTS
+
+    assert "cancelled" in RESULTS and "cancelled" not in FAILED_RESULTS

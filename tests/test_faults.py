@@ -928,7 +928,13 @@ def acl_rules(namespace: str, password: str) -> list[str]:
     """``ACL_SETUSER``'s rules for a test namespace and password."""
     words = ACL_SETUSER.split()[3:]
     return [
-        f">{password}" if w == ">CHANGE-ME" else f"~{namespace}:*" if w == "~rsched:*" else w
+        f">{password}"
+        if w == ">CHANGE-ME"
+        else f"~{namespace}:*"
+        if w == "~rsched:*"
+        else f"&{namespace}:*"
+        if w == "&rsched:*"
+        else w
         for w in words
     ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -24,8 +25,20 @@ def server_ms(server: RedisServer) -> int:
 def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_000) -> list[object]:
     q = rs.keys.queue(queue)
     out = rs.scripts(
-        "claim-9",
-        [q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history],
+        "claim-11",
+        [
+            q.sched,
+            q.proc,
+            q.dead,
+            q.tasks,
+            q.wake,
+            q.seq,
+            q.paused,
+            q.consumers,
+            q.history,
+            q.lanes,
+            q.handles,
+        ],
         [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5],
     )
     return out[6:]
@@ -451,3 +464,73 @@ def test_pipe_closed_early_is_not_an_error(cli: Cli, rs: Rsched) -> None:
         cwd=cli.cwd,
     )
     assert "Traceback" not in p.stderr
+
+
+# ------------------------------------------------------------------ terminal escapes
+
+#: What a hostile handler writes to its stderr: an OSC that retitles the terminal, a
+#: CSI (ESC form and the one-byte C1 form) that would clear the screen, a bidi override.
+EVIL = "\x1b]0;pwned\x07 \x1b[2J \x9b2J \u202eoops"
+
+
+def _clean(text: str) -> None:
+    for bad in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert bad not in text, f"{bad!r} printed raw in {text!r}"
+
+
+def test_stored_terminal_escapes_are_escaped_in_every_human_view_and_raw_in_json(
+    cli: Cli, rs: Rsched, server: RedisServer, tmp_path: os.PathLike[str]
+) -> None:
+    # A real handler writes the escapes to stderr and fails: its stderr tail becomes
+    # the task's last error and the history record's error.
+    handler = os.path.join(str(tmp_path), "evil.py")
+    with open(handler, "w") as fh:
+        fh.write(f"import sys\nsys.stderr.write({EVIL!r} + '\\n')\nsys.exit(3)\n")
+    os.chmod(handler, 0o755)
+    cli("add", "evil.job", "e1", "--max-attempts", "1",
+        "--payload", json.dumps({"note": "\x9b31m\x7f"}), check=0)  # fmt: skip
+    cli("run", "consumer", "--handler", f"evil.job={sys.executable} {handler}", "--burst",
+        check=0)  # fmt: skip
+    assert cli.json("show", "evil.job", "e1")["state"] == "dead"
+    # Redis also holds a lock, a cron name and hosts that someone wrote with escapes.
+    r = server.client()
+    lk = rs.keys.lock("held")
+    r.hset(lk.lock, mapping={"host": "h\x1b]0;lock\x07", "pid": "1", "token": "7", "since": "1"})
+    r.pexpire(lk.lock, 60_000)
+    r.sadd(rs.keys.crons, "c\x1b[2Jron")
+    r.hset(rs.keys.cron("c\x1b[2Jron").state, mapping={"last_host": "h\x1b]0;cron\x07",
+           "last_result": "ok\x1b[5m", "last_run_fire": "1"})  # fmt: skip
+
+    views = [
+        ["show", "evil.job", "e1"],
+        ["dead"],
+        ["list", "--state", "dead"],
+        ["history"],
+        ["history", "--queue", "default"],
+        ["locks"],
+        ["crons"],
+        ["queues"],
+        ["top", "--once"],
+    ]
+    for view in views:
+        for fmt in (["--format", "table"], ["--format", "plain"]):
+            if view[0] == "top" and fmt[1] == "plain":
+                continue
+            out = cli(*view, *fmt, check=0).stdout
+            _clean(out)
+            if view[0] in ("show", "dead", "list", "history"):
+                assert "\\x1b]0;pwned\\x07" in out, (view, fmt, out)
+            if view[0] == "show":
+                assert "\\x9b31m\\x7f" in out  # the payload preview
+                assert "\\u202eoops" in out
+            if view[0] == "locks":
+                assert "h\\x1b]0;lock\\x07" in out
+            if view[0] == "crons":
+                assert "c\\x1b[2Jron" in out and "h\\x1b]0;cron\\x07" in out
+
+    # --json keeps the text as stored.
+    assert EVIL in cli.json("show", "evil.job", "e1")["last_error"]
+    assert cli.json("show", "evil.job", "e1")["payload"] == {"note": "\x9b31m\x7f"}
+    assert any(EVIL in (h.get("error") or "") for h in cli.json("history"))
+    assert [lock["host"] for lock in cli.json("locks")] == ["h\x1b]0;lock\x07"]
+    assert "c\x1b[2Jron" in [c["name"] for c in cli.json("crons")]

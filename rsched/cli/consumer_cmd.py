@@ -23,9 +23,13 @@ def _pairs(values: tuple[str, ...], flag: str, form: str) -> list[tuple[str, str
 
 
 def build_handlers(
-    config_handlers: dict[str, Any], handler: tuple[str, ...], call: tuple[str, ...]
+    config_handlers: dict[str, Any],
+    handler: tuple[str, ...],
+    call: tuple[str, ...],
+    id_arg: str | None = None,
 ) -> Any:
-    """Config ``[handlers]`` first, then ``--handler`` / ``--call`` (flags win per TYPE)."""
+    """Config ``[handlers]`` first, then ``--handler`` / ``--call`` (flags win per TYPE).
+    ``id_arg``: for command handlers that do not set their own (``--id-arg``)."""
     from rsched.consumer import (
         CommandHandler,
         HandlerTable,
@@ -38,12 +42,12 @@ def build_handlers(
     for t, spec in config_handlers.items():
         try:
             _check_pattern(t, f"handlers.{t}")
-            table[t] = make_handler(spec, f"handlers.{t}")
+            table[t] = make_handler(spec, f"handlers.{t}", id_arg)
         except BadInput as exc:
             raise ConfigError(f"config: {exc}") from None
     for t, cmd in _pairs(handler, "--handler", "TYPE=COMMAND (like order.close=./close-order)"):
         _check_pattern(t, "--handler")
-        h = make_handler(cmd, f"--handler {t}")
+        h = make_handler(cmd, f"--handler {t}", id_arg)
         if isinstance(h, CommandHandler) and shutil.which(h.argv[0]) is None:
             raise BadInput(
                 f"--handler {t}",
@@ -71,7 +75,17 @@ def build_handlers(
     multiple=True,
     metavar="TYPE=COMMAND",
     help="Run COMMAND for tasks of TYPE (repeatable; `*` catches the rest). Split like a shell "
-    "would, never run by one; the task ID is appended; RSCHED_* env; payload JSON on stdin.",
+    "would, never run by one; the task ID is appended (see --id-arg); RSCHED_* env; payload "
+    "JSON on stdin.",
+)
+@click.option(
+    "--id-arg",
+    "id_arg",
+    type=click.Choice(["auto", "plain", "none"]),
+    default=None,
+    help="How command handlers get the task ID: auto puts -- before an ID that begins with - "
+    "(so it is never read as an option), plain passes it as is, none passes no ID argument "
+    "(RSCHED_TASK_ID only) [config handlers.TYPE.id_arg; default auto].",
 )
 @click.option(
     "--call",
@@ -120,6 +134,7 @@ def consumer(
     app: App,
     queues: tuple[str, ...],
     handler: tuple[str, ...],
+    id_arg: str | None,
     call: tuple[str, ...],
     concurrency: str | None,
     lease: str | None,
@@ -150,7 +165,7 @@ def consumer(
     names = list(queues) or ["default"]
     for q in names:
         validate.queue(q)
-    table = build_handlers(app.settings.handlers, handler, call)
+    table = build_handlers(app.settings.handlers, handler, call, id_arg)
     if not len(table):
         raise BadInput(
             "--handler",

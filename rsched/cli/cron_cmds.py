@@ -505,6 +505,8 @@ def history(app: App, name: str | None, queue: str | None, failed: bool, limit: 
     """Execution records of cron fires, `exec` runs and task runs, newest first.
 
     NAME is a cron or an `exec` lock; no NAME merges every cron, lock and queue.
+    RESULT: ok, failed, timeout, lost, skipped, missed, or cancelled (a task
+    removed by `rsched cancel` while its handler ran).
     """
     from rsched import history as hist
 

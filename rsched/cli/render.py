@@ -1,5 +1,16 @@
 """The one renderer for everything tabular: tabulate for people, JSON for
-scripts (data on stdout, diagnostics on stderr)."""
+scripts (data on stdout, diagnostics on stderr).
+
+Text for people never carries a control character: anything read from Redis
+(a handler's stderr kept as a task's last error, a lock owner, a host name, a
+payload) may hold a terminal escape (``ESC ] 0 ; title BEL`` retitles the
+terminal, others move the cursor or rewrite what was printed). Every cell and
+value of the table and plain formats goes through :func:`printable`, which
+writes C0/C1 control characters and DEL as ``\\xHH`` (``\\n``, ``\\t``,
+``\\r`` for the common three) and the bidirectional overrides as ``\\uHHHH``.
+JSON keeps the raw text (its encoder escapes control characters itself).
+``rsched top`` uses the same function.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +22,34 @@ from typing import Any
 import click
 
 Column = tuple[str, Callable[[Any], Any]]
+
+
+def _escapes() -> dict[int, str]:
+    table = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+    table.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+    # Line separators, and the bidirectional marks and overrides (they reorder what
+    # the terminal shows).
+    for c in (
+        0x061C,
+        0x200E,
+        0x200F,
+        0x2028,
+        0x2029,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    ):
+        table[c] = f"\\u{c:04x}"
+    return table
+
+
+_ESCAPES = _escapes()
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters written as escapes."""
+    if text.isprintable():  # the common case; False for every character escaped below
+        return text
+    return text.translate(_ESCAPES)
 
 
 def dumps(value: Any) -> str:
@@ -27,8 +66,8 @@ def _cell(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, dict | list):
-        return dumps(v)
-    return str(v)
+        return printable(dumps(v))
+    return printable(str(v))
 
 
 def info(message: str) -> None:
@@ -81,12 +120,21 @@ def record(obj: dict[str, Any], fmt: str, *, rows: Sequence[tuple[str, Any]] | N
     items = rows if rows is not None else list(obj.items())
     if fmt == "plain":
         for k, v in items:
-            click.echo(f"{k}\t{_cell(v)}")
+            click.echo(f"{printable(str(k))}\t{_cell(v)}")
         return
     # Two aligned columns; no tabulate import here (it costs ~25 ms of a one-shot `rsched add`).
+    # A value of several lines (a stack trace) keeps its lines, each indented under
+    # the value column and escaped on its own.
     width = max((len(str(k)) for k, _ in items), default=0)
     for k, v in items:
-        click.echo(f"{str(k):<{width}}  {_cell(v)}".rstrip())
+        text = v if isinstance(v, str) else None
+        if text is not None and "\n" in text.strip("\n"):
+            first, *rest = text.strip("\n").split("\n")
+            click.echo(f"{printable(str(k)):<{width}}  {printable(first)}".rstrip())
+            for line in rest:
+                click.echo(f"{'':<{width}}  {printable(line)}".rstrip())
+        else:
+            click.echo(f"{printable(str(k)):<{width}}  {_cell(v)}".rstrip())
 
 
 def stderr_is_tty() -> bool:

@@ -309,7 +309,10 @@ def _add_from(
 def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
     """Remove a task in any state (exit 3 if there is none).
 
-    A processing task's handler keeps running, but its result is discarded.
+    A processing task's consumer is told at once: it stops the handler (a
+    command's process group gets SIGTERM, then SIGKILL after the consumer's
+    --grace, at most 10s; a Python handler sees task.cancelled), its result
+    does not count, and the run is recorded `cancelled` in the history.
     """
     from rsched import tasks, validate
 
@@ -322,7 +325,8 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
             {"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was}
         )
     else:
-        click.echo(f"cancelled {task_type} {task_id} in queue {queue} (was {was})")
+        note = "; its handler is being stopped" if was == "processing" else ""
+        click.echo(f"cancelled {task_type} {task_id} in queue {queue} (was {was}{note})")
 
 
 @click.command("list")
@@ -384,7 +388,12 @@ def show(app: App, task_type: str, task_id: str, queue: str) -> None:
 @output_options
 @pass_app
 def queues(app: App) -> None:
-    """Per queue: scheduled, due now, processing, stale, dead, lag, next due, live consumers."""
+    """Per queue: scheduled, due now, processing, stale, dead, lag, next due, live consumers.
+
+    NO HANDLER: due tasks that no live consumer can run (no handler for their
+    type; with no live consumer, every due task), with the age of the oldest
+    and the types. With --json: unrunnable, unrunnable_lag_ms, unrunnable_types.
+    """
     from rsched import tasks
     from rsched.timeutil import human_duration, show
 
@@ -401,8 +410,19 @@ def queues(app: App) -> None:
         ("LAG", lambda s: human_duration(s.lag_ms) if s.due else "-"),
         ("NEXT DUE", lambda s: show(s.next_due_ms, now)),
         ("CONSUMERS", lambda s: s.consumers),
+        ("NO HANDLER", _unrunnable),
     ]
     render.table(rows, cols, app.fmt, to_json=lambda s: s.to_json(), empty="no queues yet")
+
+
+def _unrunnable(s: Any) -> str | None:
+    """``3 (5m 2s: report.send)``, or None when every due task has a live consumer."""
+    from rsched.timeutil import human_duration
+
+    if not s.unrunnable:
+        return None
+    types = ", ".join(s.unrunnable_types) or "no consumer"
+    return f"{s.unrunnable} ({human_duration(s.unrunnable_lag_ms)}: {types})"
 
 
 @click.command("requeue-stale")

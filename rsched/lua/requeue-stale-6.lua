@@ -1,5 +1,5 @@
 -- requeue-stale-6: move tasks whose lease expired back to due (or to dead
--- after their last attempt). The same reaping every consumer does in claim-9.
+-- after their last attempt). The same reaping every consumer does in claim-11.
 --
 -- KEYS[1] sched    ZSET
 -- KEYS[2] proc     ZSET

@@ -1,0 +1,285 @@
+-- claim-11: claim up to N due tasks for one consumer, by the server's clock, of
+-- the types it can run. Also registers the consumer (and the types it runs) and
+-- reaps expired leases (bounded), so a running consumer is its own sweeper; the
+-- script is atomic, so two consumers can never reap or claim the same entry.
+--
+-- KEYS[1] sched      ZSET member -> due (ms); a parked task: due - lane * 2^42 (_lanes.lua)
+-- KEYS[2] proc       ZSET member -> lease expiry (ms)
+-- KEYS[3] dead       ZSET member -> died at (ms)
+-- KEYS[4] tasks      HASH member -> record
+-- KEYS[5] wake       ZSET wake-up marker
+-- KEYS[6] seq        STRING claim-token counter
+-- KEYS[7] paused     STRING present while the queue is paused
+-- KEYS[8] consumers  ZSET consumer id -> registration expiry (ms)
+-- KEYS[9] history    STREAM execution records
+-- KEYS[10] lanes     HASH type -> lane number of its parked tasks; '#' -> lanes given out
+-- KEYS[11] handles   HASH consumer id -> JSON array of the type globs it runs
+-- ARGV[1] max        integer, tasks to claim at most (0 = only register/reap)
+-- ARGV[2] lease      integer ms
+-- ARGV[3] consumer   consumer id string
+-- ARGV[4] ttl        integer ms the registration lasts
+-- ARGV[5] reap       integer, stale leases to reap at most in this call
+-- ARGV[6] maxlen     integer, history cap
+-- ARGV[7] queue      queue name (for history records)
+-- ARGV[8] defmax     integer, max attempts for tasks added without one (record holds 0)
+-- ARGV[9] check      optional: "0" lets a call with nothing to do skip the key type checks
+--                    (and the sweep of expired registrations); absent or anything else: check
+-- ARGV[10] handles   optional: the JSON array stored in KEYS[11] when the consumer
+--                    (re)registers or checks; "" or absent: store nothing
+-- ARGV[11] park      optional integer: due tasks of other types parked at most per call
+-- ARGV[12..] types   optional: Lua patterns (anchored) of the types this consumer runs;
+--                    none = every type (a `*` handler: parked tasks included)
+-- Returns {now, next_due|-1, next_lease_expiry|-1, paused 0|1, reaped_requeued, reaped_dead,
+--          then 7 entries per claimed task: member, payload, attempt, max_attempts, token, due, last_error}
+-- next_due is the earliest due time of a task this consumer may take (its lanes' count
+-- as now; a due task of another type that could not be parked does not count).
+--
+-- Cost of an idle call (nothing due, no lease expired, check "0"): TIME, EXISTS, two
+-- ZRANGE, one ZADD; with parked tasks in the queue a consumer that runs only some
+-- types also reads the lanes (HGETALL) and the head of its own lanes and of the
+-- unparked part. The type checks run before the first write of any call that may
+-- write more than the registration (a reap, a claim, a park, a wake-up), so a key of
+-- another type still stops it with a clear error and nothing written: the idle path
+-- reads first, and its only write (the registration) is a single command. (Lua
+-- scripts are not rolled back: a WRONGTYPE after a first write would leave that write.)
+--
+-- Claim cost: a consumer of every type takes the N earliest due (parked first: they
+-- are the oldest); one of some types takes from its lanes, then from the unparked
+-- due tasks, parking the others it meets on the way (at most ARGV[11] per call; each
+-- task is parked once). So a claim reads O(log N + taken + parked) entries, never the
+-- backlog of types it does not run.
+--@include _now.lua
+--@include _record.lua
+--@include _reap.lua
+--@include _types.lua
+--@include _bulk.lua
+--@include _lanes.lua
+
+local TYPES = {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
+  KEYS[6], 'string', KEYS[8], 'zset', KEYS[9], 'stream', KEYS[10], 'hash', KEYS[11], 'hash'}
+local maxc = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+local park_limit = tonumber(ARGV[11] or '0') or 0
+local pats = {}
+for i = 12, #ARGV do pats[#pats + 1] = ARGV[i] end
+local filtered = #pats > 0
+local now = now_ms()
+
+local function runs(t)
+  for i = 1, #pats do
+    if string.find(t, pats[i]) then return true end
+  end
+  return false
+end
+
+-- An error reply of a command on a key we did not type-check: name the key, like check_types.
+local function failed(res)
+  if type(res) == 'table' and res.err then return check_types(TYPES) or res end
+  return nil
+end
+
+-- Reads first: nothing is written before we know whether there is work.
+local paused = redis.call('EXISTS', KEYS[7])
+local l = redis.pcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local bad = failed(l)
+if bad then return bad end
+local f = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+bad = failed(f)
+if bad then return bad end
+
+-- A consumer of some types: its own lanes, and the head of the unparked due tasks
+-- (read only when something is parked: the head of the set is then in a lane).
+local lanes = {}      -- type -> lane number (every lane)
+local mine = {}       -- lane numbers of the types this consumer runs
+local mine_due = false
+local function read_mine()
+  mine, mine_due = {}, false
+  local h = redis.pcall('HGETALL', KEYS[10])
+  local bad_h = failed(h)
+  if bad_h then return bad_h end
+  for i = 1, #h, 2 do
+    if h[i] ~= '#' then
+      lanes[h[i]] = tonumber(h[i + 1])
+      if runs(h[i]) then
+        local lo, hi = lane_bounds(tonumber(h[i + 1]))
+        if #redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'LIMIT', 0, 1) > 0 then
+          mine[#mine + 1] = tonumber(h[i + 1])
+          mine_due = true
+        end
+      end
+    end
+  end
+  return nil
+end
+if filtered and f[2] ~= nil and tonumber(f[2]) < 0 then
+  bad = read_mine()
+  if bad then return bad end
+  f = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+end
+local reap_now = l[2] ~= nil and tonumber(l[2]) <= now
+local due_now = (f[2] ~= nil and tonumber(f[2]) <= now) or mine_due
+
+-- (a paused queue with due tasks writes nothing for them: no claim, no wake-up)
+local checked = ARGV[9] ~= '0' or reap_now or (due_now and paused == 0)
+if checked then
+  bad = check_types(TYPES)
+  if bad then return bad end
+end
+
+local added = redis.pcall('ZADD', KEYS[8], now + tonumber(ARGV[4]), ARGV[3])
+bad = failed(added)
+if bad then return bad end
+if ARGV[10] and ARGV[10] ~= '' and (checked or added == 1) then
+  redis.call('HSET', KEYS[11], ARGV[3], ARGV[10])
+end
+if checked then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now)
+  if #gone > 0 then
+    bulk('ZREM', KEYS[8], gone)
+    bulk('HDEL', KEYS[11], gone)
+  end
+end
+
+local rq, rd = 0, 0
+if reap_now then
+  rq, rd = reap(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], now, tonumber(ARGV[5]), ARGV[6], ARGV[7], false, tonumber(ARGV[8]))
+end
+local out = {now, -1, -1, paused, rq, rd}
+
+-- The due entries to take: a flat list of member, score.
+local due = {}
+local parked, park_full = 0, false
+if paused == 0 and maxc > 0 and (due_now or rq > 0) then
+  if not filtered then
+    due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, maxc)
+  else
+    -- 1. this consumer's lanes: tasks parked by consumers that could not run them
+    for _, ln in ipairs(mine) do
+      if #due / 2 >= maxc then break end
+      local lo, hi = lane_bounds(ln)
+      local rows = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, maxc - #due / 2)
+      for i = 1, #rows do due[#due + 1] = rows[i] end
+    end
+    -- 2. the unparked due tasks: take the ones it runs, park the others it meets
+    -- (the first read asks for just what is wanted: the common case reads no more)
+    local offset, seen, batch = 0, 0, maxc - #due / 2
+    while #due / 2 < maxc and seen < maxc + park_limit do
+      local rows = redis.call('ZRANGEBYSCORE', KEYS[1], 0, now, 'WITHSCORES', 'LIMIT', offset, batch)
+      if #rows == 0 then break end
+      for i = 1, #rows, 2 do
+        local m, sc = rows[i], rows[i + 1]
+        local t = task_type(m)
+        seen = seen + 1
+        if runs(t) then
+          if #due / 2 < maxc then
+            due[#due + 1] = m
+            due[#due + 1] = sc
+          end
+          offset = offset + 1
+        else
+          local ln = lanes[t]
+          if not ln and parked < park_limit then
+            ln = redis.call('HGET', KEYS[10], t)
+            if ln then
+              ln = tonumber(ln)
+            elseif tonumber(redis.call('HGET', KEYS[10], '#') or '0') < MAX_LANE then
+              ln = redis.call('HINCRBY', KEYS[10], '#', 1)
+              redis.call('HSET', KEYS[10], t, ln)
+            end
+            if ln then lanes[t] = ln end
+          end
+          if ln and parked < park_limit then
+            redis.call('ZADD', KEYS[1], string.format('%d', tonumber(sc) - ln * LANE), m)
+            parked = parked + 1
+          else
+            offset = offset + 1  -- stays where it is: no lane left, or parked enough for now
+            if parked >= park_limit then park_full = true end
+          end
+        end
+      end
+      batch = maxc - #due / 2 + math.min(math.max(park_limit - parked, 0), 64)
+    end
+  end
+end
+
+local count = #due / 2
+local claimed = false
+if count > 0 then
+  claimed = true
+  local members = {}
+  for i = 1, count do members[i] = due[2 * i - 1] end
+  -- Everything that can fail (a counter that is not a number, a record that is not
+  -- JSON) comes before the ZREM: an error leaves every task where it was.
+  local raws = bulk('HMGET', KEYS[4], members)
+  local last = redis.call('INCRBY', KEYS[6], count)
+  local first = last - count
+  local expiry = now + lease
+  local defmax = tonumber(ARGV[8])
+  local hset, zadd = {}, {}
+  for i = 1, count do
+    local m, raw = members[i], raws[i]
+    if raw then
+      local r = rec_decode(raw)
+      r[P_ATTEMPTS] = r[P_ATTEMPTS] + 1
+      local tok = string.format('%d', first + i)
+      r[P_TOKEN] = tok
+      -- due: kept from an earlier claim (a reaped task keeps its first due), else the score
+      if not r[P_DUE] then r[P_DUE] = lane_due(tonumber(due[2 * i])) end
+      hset[#hset + 1] = m
+      hset[#hset + 1] = rec_encode(r)
+      zadd[#zadd + 1] = expiry
+      zadd[#zadd + 1] = m
+      out[#out + 1] = m
+      out[#out + 1] = r[P_PAYLOAD]
+      out[#out + 1] = r[P_ATTEMPTS]
+      out[#out + 1] = eff_max(r, defmax)
+      out[#out + 1] = tok
+      out[#out + 1] = r[P_DUE]
+      out[#out + 1] = r[P_ERROR]
+    end
+  end
+  bulk('ZREM', KEYS[1], members)
+  if #hset > 0 then
+    bulk('HSET', KEYS[4], hset)
+    bulk('ZADD', KEYS[2], zadd)
+  end
+end
+
+-- The earliest due and lease: read again only when this call changed them.
+local more_mine = false
+if not filtered then
+  if claimed or rq > 0 then f = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES') end
+  if f[2] then out[2] = lane_due(tonumber(f[2])) end
+else
+  if claimed or rq > 0 or parked > 0 then
+    f = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    if f[2] ~= nil and tonumber(f[2]) < 0 then
+      bad = read_mine()
+      if bad then return bad end
+      f = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    else
+      mine_due = false
+    end
+  end
+  more_mine = mine_due
+  if more_mine or park_full then
+    out[2] = now
+  elseif f[2] then
+    local head = tonumber(f[2])
+    if head <= now and not runs(task_type(f[1])) then
+      -- a due task of another type that found no lane: not ours to wait for
+      local nxt = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if nxt[2] then out[2] = tonumber(nxt[2]) end
+    else
+      out[2] = head
+    end
+  end
+end
+if claimed or reap_now then l = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES') end
+if l[2] then out[3] = tonumber(l[2]) end
+-- More is due than this consumer took, or it parked tasks another consumer may run:
+-- wake another idle consumer.
+if paused == 0 and ((out[2] ~= -1 and out[2] <= now) or parked > 0) then
+  redis.call('ZADD', KEYS[5], now, 'w')
+end
+return out
