@@ -3,8 +3,8 @@ any number of runners and hosts.
 
 How a tick is fired (see ``lua/cron-tick-8.lua``):
 
-1. Every runner computes the next tick with croniter (``rsched.cronexpr``,
-   in the cron's time zone) and sleeps until it **by the server's clock**:
+1. Every runner computes the next tick (``rsched.cronexpr``, in the cron's
+   time zone and dialect) and sleeps until it **by the server's clock**:
    the offset ``server - local`` is measured from every reply that carries
    the server's ``TIME`` (claims and heartbeats), so a host whose clock is
    off neither fires early nor late.

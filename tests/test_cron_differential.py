@@ -19,7 +19,8 @@ differences the README lists, each *checked*, not assumed:
   at or before the start must leave the same ticks.
 - ``off-the-hour-dst``: where the DST shift is not a whole hour at the top of an hour
   (Lord Howe's 30 minutes; Chatham's at 02:45/03:45), cronsim's hour stepping lands off
-  the hour and skips ticks of a wildcard schedule (or repeats one forever). Our ticks
+  the hour and skips ticks of a wildcard schedule (or repeats one, or loops: cronsim
+  is stopped after 2 s). Our ticks
   must equal a minute-by-minute brute force over the instants, with cronsim's own
   parsed fields as the matcher.
 - ``or-day-past-29``: cronsim refuses a day-of-month above every allowed month's
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import random
 import re
+import signal
 from collections import Counter
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -111,7 +113,18 @@ def start_for(r: random.Random, zone: str) -> int:
     return r.choice(trans) + r.randint(-3 * 3600, 3 * 3600)
 
 
+class _Hang(Exception):
+    pass
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise _Hang
+
+
 def theirs(expr: str, zone: str, ts: int) -> list[int] | str:
+    """cronsim's next ticks; 'hang' when it loops (it can, after Chatham's :45 shift)."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
     try:
         it = cronsim.CronSim(expr, datetime.fromtimestamp(ts, ZoneInfo(zone)))
         return [int(next(it).timestamp()) for _ in range(NTICKS)]
@@ -119,6 +132,11 @@ def theirs(expr: str, zone: str, ts: int) -> list[int] | str:
         return f"refused: {e}"
     except StopIteration:
         return "refused: no match in 50 years"
+    except _Hang:
+        return "hang"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def brute(expr: str, zone: str, ts: int, until: int) -> list[int]:
@@ -160,6 +178,9 @@ def classify(expr: str, zone: str, ts: int) -> str:
         if again in ("agree", "before-start", "off-the-hour-dst"):
             return "equal-range-step"
         return f"UNEXPLAINED (after a-a/n -> a: {again})"
+    if got == "hang" and isinstance(ours, list) and zone in OFF_HOUR_DST and s.wildcard:
+        if brute(expr, zone, ts, ours[-1]) == ours:
+            return "off-the-hour-dst"
     if isinstance(got, str) or isinstance(ours, str):
         dom, dow = expr.split()[2], expr.split()[4]
         if (

@@ -154,7 +154,8 @@ def exec_cmd(
 @click.option(
     "--schedule",
     metavar="EXPR",
-    help="Cron expression: 5 fields, 6 with seconds first ('0 0 2 * * ?'), or @hourly/@daily/...",
+    help="Cron expression: 5 fields (cron), 6 with seconds first ('0 0 2 * * ?'; spring), "
+    "7 with a year (--dialect quartz), or @hourly/@daily/...",
 )
 @click.option(
     "--tz", default="UTC", show_default=True, metavar="ZONE", help="IANA time zone of the schedule."
