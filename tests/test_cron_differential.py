@@ -194,7 +194,7 @@ def classify(expr: str, zone: str, ts: int) -> str:
     later = [x for x in got if x > ts]
     if len(later) < len(got) and later == ours[: len(later)]:
         return "before-start"
-    if zone in OFF_HOUR_DST and s.wildcard and ours[-1] - ts <= 400 * 86400:
+    if zone in OFF_HOUR_DST and s.wildcard and ours[-1] - ts <= 60 * 366 * 86400:
         if brute(expr, zone, ts, ours[-1]) == ours:
             return "off-the-hour-dst"
     return f"UNEXPLAINED ticks: ours={ours} cronsim={got}"
