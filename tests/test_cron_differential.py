@@ -240,3 +240,33 @@ def test_the_classifier_catches_a_real_difference() -> None:
         assert classify("30 2 * * *", "America/New_York", 1_772_953_200).startswith("UNEXPLAINED")
     finally:
         cronexpr.Schedule.next_after = real  # type: ignore[method-assign]
+
+
+def test_prev_walks_back_over_next_ticks() -> None:
+    """Runners use both directions (ticks_between walks back): for random 5- and 6-field
+    expressions in the same zones, prev_at_or_before retraces next_after exactly."""
+    r = random.Random(7)
+    checked = 0
+    for _ in range(1500):
+        zone, expr, ts = r.choice(ZONES), gen(r), 0
+        ts = start_for(r, zone)
+        if r.random() < 0.5:  # a spring expression: a seconds field first
+            expr = f"{r.choice(['0', '*/15', '10-20', '5'])} " + expr.replace("L", "").replace(
+                "#", ""
+            )
+        try:
+            s = cronexpr.parse(expr, zone)
+        except BadInput:
+            continue
+        t, fwd = ts * 1000, []
+        for _ in range(5):
+            t = s.next_after(t)
+            fwd.append(t)
+        back, u = [], fwd[-1]
+        for _ in range(4):
+            u = s.prev_at_or_before(u - 1)
+            back.append(u)
+        assert back == fwd[-2::-1], (expr, zone, ts)
+        assert s.prev_at_or_before(fwd[0] - 1) <= ts * 1000, (expr, zone, ts)
+        checked += 1
+    assert checked > 1000
