@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel crons dead demo doctor exec history list locks metrics pause purge queues requeue-stale resume retry run server show top unlock' ;;
+    'rsched') echo 'add bench cancel crons dead demo doctor exec history list locks metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -20,11 +20,12 @@ _rsched_options() {
     'rsched dead') echo '--queue --limit --format --json --help' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json --help' ;;
     'rsched doctor') echo '--format --json --help' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --help' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json --help' ;;
     'rsched locks') echo '--format --json --help' ;;
     'rsched metrics') echo '-o --output --format --json --help' ;;
+    'rsched next') echo '--tz --dialect -n --format --json --help' ;;
     'rsched pause') echo '--queue --format --json --help' ;;
     'rsched purge') echo '--dead --older-than --queue --format --json --help' ;;
     'rsched queues') echo '--format --json --help' ;;
@@ -33,7 +34,7 @@ _rsched_options() {
     'rsched retry') echo '--queue --all --format --json --help' ;;
     'rsched run') echo '--help' ;;
     'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --help' ;;
-    'rsched run cron') echo '--all --schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --help' ;;
+    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
@@ -55,11 +56,12 @@ _rsched_value_options() {
     'rsched dead') echo '--queue --limit --format' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --partitions --format' ;;
     'rsched doctor') echo '--format' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
     'rsched locks') echo '--format' ;;
     'rsched metrics') echo '-o --output --format' ;;
+    'rsched next') echo '--tz --dialect -n --format' ;;
     'rsched pause') echo '--queue --format' ;;
     'rsched purge') echo '--older-than --queue --format' ;;
     'rsched queues') echo '--format' ;;
@@ -67,7 +69,7 @@ _rsched_value_options() {
     'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
     'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
-    'rsched run cron') echo '--schedule --tz --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
+    'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server start') echo '--dir --port --password-file --flavour --format' ;;
@@ -90,6 +92,7 @@ _rsched_choices() {
     'rsched dead|--format') echo 'table plain json' ;;
     'rsched demo|--format') echo 'table plain json' ;;
     'rsched doctor|--format') echo 'table plain json' ;;
+    'rsched exec|--dialect') echo 'cron spring quartz' ;;
     'rsched exec|--if-locked') echo 'skip wait fail' ;;
     'rsched exec|--on-lock-lost') echo 'kill continue' ;;
     'rsched history|--format') echo 'table plain json' ;;
@@ -97,6 +100,8 @@ _rsched_choices() {
     'rsched list|--format') echo 'table plain json' ;;
     'rsched locks|--format') echo 'table plain json' ;;
     'rsched metrics|--format') echo 'table plain json' ;;
+    'rsched next|--dialect') echo 'cron spring quartz' ;;
+    'rsched next|--format') echo 'table plain json' ;;
     'rsched pause|--format') echo 'table plain json' ;;
     'rsched purge|--format') echo 'table plain json' ;;
     'rsched queues|--format') echo 'table plain json' ;;
@@ -105,6 +110,7 @@ _rsched_choices() {
     'rsched retry|--format') echo 'table plain json' ;;
     'rsched run consumer|--id-arg') echo 'auto plain none' ;;
     'rsched run consumer|--log-format') echo 'text json' ;;
+    'rsched run cron|--dialect') echo 'cron spring quartz' ;;
     'rsched run cron|--concurrency') echo 'forbid allow replace' ;;
     'rsched run cron|--misfire') echo 'skip run-once' ;;
     'rsched run cron|--on-lock-lost') echo 'kill continue' ;;

@@ -3,8 +3,8 @@ any number of runners and hosts.
 
 How a tick is fired (see ``lua/cron-tick-8.lua``):
 
-1. Every runner computes the next tick with croniter (``rsched.cronexpr``,
-   in the cron's time zone) and sleeps until it **by the server's clock**:
+1. Every runner computes the next tick (``rsched.cronexpr``, in the cron's
+   time zone and dialect) and sleeps until it **by the server's clock**:
    the offset ``server - local`` is measured from every reply that carries
    the server's ``TIME`` (claims and heartbeats), so a host whose clock is
    off neither fires early nor late.
@@ -88,6 +88,7 @@ MAX_BACKLOG = 100
 _CONFIG_KEYS = {
     "schedule",
     "tz",
+    "dialect",
     "command",
     "ttl",
     "concurrency",
@@ -129,6 +130,7 @@ def make_spec(
     command: str | Sequence[str],
     *,
     tz: str = "UTC",
+    dialect: str | None = None,
     ttl: str | int | None = None,
     concurrency: str = "forbid",
     misfire: str = "skip",
@@ -156,7 +158,14 @@ def make_spec(
         return parse_duration(str(v), f(opt))
 
     validate.name(name, "NAME")
-    sched = cronexpr.parse(schedule, tz or "UTC", field=f("schedule"), tz_field=f("tz"))
+    sched = cronexpr.parse(
+        schedule,
+        tz or "UTC",
+        field=f("schedule"),
+        tz_field=f("tz"),
+        dialect=dialect,
+        dialect_field=f("dialect"),
+    )
     argv = proc.split_command(command, f("command") if prefix != "--" else "CMD")
     if concurrency not in CONCURRENCY:
         raise errors.BadInput(
@@ -219,6 +228,7 @@ def spec_from_config(name: str, table: Mapping[str, Any]) -> CronSpec:
             table["schedule"],
             table["command"],
             tz=table.get("tz", "UTC"),
+            dialect=table.get("dialect"),
             ttl=table.get("ttl"),
             concurrency=table.get("concurrency", "forbid"),
             misfire=table.get("misfire", "skip"),
@@ -344,11 +354,14 @@ class CronRunner:
 
     def register(self) -> None:
         s = self.spec
-        before = self.rs.redis.hmget(self.k.state, "schedule", "tz", "registered_by")
-        if before[0] is not None and (before[0], before[1]) != (s.schedule.expr, s.schedule.tz):
+        before = self.rs.redis.hmget(self.k.state, "schedule", "tz", "registered_by", "dialect")
+        mine = (s.schedule.expr, s.schedule.tz, s.schedule.dialect)
+        theirs = (before[0], before[1], before[3] or cronexpr.dialect_of(before[0] or "", None))
+        if before[0] is not None and theirs != mine:
             self.log(
                 f"cron {s.name}: warning: runner {before[2]} registered it with schedule "
-                f"{before[0]!r} ({before[1]}); this runner uses {s.schedule.expr!r} ({s.schedule.tz}). "
+                f"{before[0]!r} ({before[1]}, {theirs[2]}); this runner uses "
+                f"{s.schedule.expr!r} ({s.schedule.tz}, {s.schedule.dialect}). "
                 "Runners of one cron should share its schedule."
             )
         pipe = self.rs.redis.pipeline(transaction=False)
@@ -358,6 +371,7 @@ class CronRunner:
             mapping={
                 "schedule": s.schedule.expr,
                 "tz": s.schedule.tz,
+                "dialect": s.schedule.dialect,
                 "concurrency": s.concurrency,
                 "misfire": s.misfire,
                 "shards": s.shards or 0,
@@ -948,6 +962,7 @@ class CronInfo:
     runners: int
     paused: bool
     running: bool
+    dialect: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -955,6 +970,7 @@ class CronInfo:
             "name": self.name,
             "schedule": self.schedule,
             "tz": self.tz,
+            "dialect": self.dialect,
             "next_fire_at": iso(self.next_fire_ms),
             "next_fire_ms": self.next_fire_ms,
             "last_fire_at": iso(self.last_fire_ms),
@@ -984,9 +1000,14 @@ def list_crons(rs: Rsched) -> list[CronInfo]:
     for i, n in enumerate(names):
         st, paused, runners, running = res[4 * i : 4 * i + 4]
         nxt = None
+        dialect = st.get("dialect") or (
+            cronexpr.dialect_of(st["schedule"], None) if st.get("schedule") else None
+        )
         if st.get("schedule"):
             try:
-                nxt = cronexpr.parse(st["schedule"], st.get("tz") or "UTC").next_after(now)
+                nxt = cronexpr.parse(
+                    st["schedule"], st.get("tz") or "UTC", dialect=dialect
+                ).next_after(now)
             except errors.BadInput:
                 nxt = None
         lf = st.get("last_run_fire")
@@ -1002,6 +1023,7 @@ def list_crons(rs: Rsched) -> list[CronInfo]:
                 int(runners),
                 bool(paused),
                 bool(running),
+                dialect,
             )
         )
     return out

@@ -1,44 +1,63 @@
 """Cron expressions and their ticks, in a time zone, as epoch milliseconds.
 
-Accepted forms (SPEC "Cron expressions"):
+Dialects (SPEC §4; the field rules are in :mod:`rsched.cronfields`): ``cron``
+(Vixie/cronie, 5 fields), ``spring`` (Spring's ``CronExpression``, 6 fields,
+seconds first) and ``quartz`` (6 or 7 fields, seconds first, 1 = SUN, ``?``
+in one day field, an optional year). Without ``dialect`` 5 fields are
+``cron`` and 6 are ``spring``; 7 fields need ``quartz`` said. Aliases
+``@hourly @daily @midnight @weekly @monthly @yearly @annually`` are cron's
+(or the same times in the dialect given). ``@reboot`` is refused, and so is
+an expression that never fires (``0 0 31 2 *``, or a Quartz year list that is
+all past).
 
-- 5 fields, standard cron: ``minute hour day-of-month month day-of-week``;
-- 6 fields, **seconds first** (Spring/Quartz order): ``0 0 2 * * ?``;
-- ``?`` in the day fields means "any" (Quartz);
-- ``@hourly @daily @midnight @weekly @monthly @yearly @annually``.
+Time zones and DST: cronie's rule, for every dialect. A schedule whose
+second, minute or hour field starts with ``*`` is a *wildcard* schedule: its
+ticks are the instants whose local reading matches, so it fires through both
+passes of a repeated hour and has no tick in a skipped hour. Any other
+schedule is one of fixed local times: a time in a gap fires once, at the
+first instant after the gap (several collapse into that one); a time in a
+repeated hour fires once, at its first occurrence.
 
-Refused with :class:`~rsched.errors.BadInput` naming the field: ``@reboot``,
-anything croniter cannot parse, and expressions that never fire
-(``0 0 31 2 *``).
+How: the timeline is cut into segments of one UTC offset (at the zone's
+transitions, and at UTC year starts so that a segment stays short). Inside a
+segment the map wall = instant + offset is a translation, and the wall-clock
+search of :class:`~rsched.cronfields.Fields` answers. A fixed-time schedule
+also skips the walls a segment repeats from the one before it (the second
+pass of an overlap) and maps the walls of a gap at a segment's end to that
+end. Transitions are found by probing the offset every 6 hours of a year and
+bisecting to the second, once per zone and year (about 1,500 offset look-ups,
+~2 ms), then cached.
 
-Time zones and DST. Ticks are computed on the zone's *wall clock* (naive
-local times, croniter), then mapped to instants by a monotonic map:
-
-- a wall time in a DST **gap** (02:30 on a spring-forward day in New York)
-  maps to the first valid instant after the gap (03:00 local), so the tick
-  fires once, late; several gap ticks collapse into that one instant;
-- a wall time in an **overlap** (01:30 on a fall-back day) maps to its first
-  occurrence only, so the tick fires once.
-
-Because the map is monotonic, "next tick after instant t" is the first wall
-tick whose instant is > t, and "latest tick at or before t" the last wall
-tick whose instant is <= t.
+croniter is no longer used here (it misread ``a-a``, ``7/n`` in day-of-week,
+Spring's AND of the day fields, and gave ``R`` a different tick on every
+call); it stays declared in pyproject.toml because the design card lists it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+import calendar
+import functools
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
-
+from rsched.cronfields import (
+    DIALECTS,
+    FIELD_COUNT,
+    FIELD_NAMES,
+    QUARTZ_YEARS,
+    FieldError,
+    Fields,
+    parse_fields,
+)
 from rsched.errors import BadInput
 from rsched.timeutil import zone as parse_zone
 
 CRON_FORM = (
-    "a cron expression: 5 fields (min hour dom mon dow), 6 fields with seconds first "
-    "(like '0 0 2 * * ?'), or @hourly, @daily, @weekly, @monthly, @yearly"
+    "a cron expression: 5 fields (min hour dom mon dow; dialect cron), 6 fields with "
+    "seconds first (like '0 0 2 * * ?'; dialect spring, or quartz), 7 with a year "
+    "(--dialect quartz), or @hourly, @daily, @weekly, @monthly, @yearly"
 )
 
 _ALIASES = {
@@ -50,148 +69,209 @@ _ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+# the same times in the 6-field dialects (Spring's own macros; Quartz has none)
+_ALIASES6 = {
+    "spring": {k: "0 " + v for k, v in _ALIASES.items()},
+    "quartz": {
+        "@yearly": "0 0 0 1 1 ?",
+        "@annually": "0 0 0 1 1 ?",
+        "@monthly": "0 0 0 1 * ?",
+        "@weekly": "0 0 0 ? * SUN",
+        "@daily": "0 0 0 * * ?",
+        "@midnight": "0 0 0 * * ?",
+        "@hourly": "0 0 * * * ?",
+    },
+}
 
-_EPOCH = datetime(1970, 1, 1)
+_YEAR_S = 31_556_952  # mean Gregorian year
+_HORIZON_S = 401 * _YEAR_S  # day patterns repeat every 400 years
+_PROBE_S = 6 * 3600
 
 
-def _to_ms(naive_utc: datetime) -> int:
-    d = naive_utc - _EPOCH
-    return (d.days * 86_400 + d.seconds) * 1000 + d.microseconds // 1000
+class _Zone:
+    """Offsets and transitions of one zone, cached per UTC year."""
+
+    def __init__(self, name: str):
+        self.z = ZoneInfo(name)
+        self._years: dict[int, list[int]] = {}
+
+    def off(self, t: int) -> int:
+        o = datetime.fromtimestamp(t, self.z).utcoffset()
+        return int(o.total_seconds()) if o is not None else 0
+
+    def _transitions(self, year: int) -> list[int]:
+        got = self._years.get(year)
+        if got is None:
+            got = []
+            a = calendar.timegm((year, 1, 1, 0, 0, 0))
+            b = calendar.timegm((year + 1, 1, 1, 0, 0, 0))
+            prev = self.off(a)
+            p = a
+            while p < b:
+                q = min(p + _PROBE_S, b)
+                o = self.off(q)
+                if o != prev:
+                    lo, hi = p, q  # off(lo) == prev, off(hi) != prev
+                    while hi - lo > 1:
+                        mid = (lo + hi) // 2
+                        if self.off(mid) == prev:
+                            lo = mid
+                        else:
+                            hi = mid
+                    if hi < b:
+                        got.append(hi)
+                    prev = o
+                p = q
+            self._years[year] = got
+        return got
+
+    def segment(self, t: int) -> tuple[int, int]:
+        """[start, end) around instant t with one offset (cut at UTC year starts too)."""
+        year = datetime.fromtimestamp(t, UTC).year
+        start = calendar.timegm((year, 1, 1, 0, 0, 0))
+        end = calendar.timegm((year + 1, 1, 1, 0, 0, 0))
+        for tr in self._transitions(year):
+            if tr <= t:
+                start = tr
+            else:
+                end = tr
+                break
+        return start, end
 
 
-def _from_ms(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+@functools.lru_cache(maxsize=64)
+def _zone(name: str) -> _Zone:
+    return _Zone(name)
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """A parsed cron expression in one time zone."""
+    """A parsed cron expression in one time zone and dialect."""
 
-    expr: str  # as the user wrote it
+    expr: str  # as the user wrote it (whitespace normalised)
     tz: str
-    _croniter_expr: str
-    _seconds: bool
+    dialect: str = "cron"
+    wildcard: bool = False  # second, minute or hour starts with '*' (the DST rule)
+    _fields: Fields | None = field(default=None, compare=False, repr=False)
+    _first_s: int | None = field(default=None, compare=False, repr=False)
+    _last_s: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.tz)
 
-    # --- wall clock <-> instants ---------------------------------------------
-    def _wall(self, ms: int) -> tuple[datetime, int]:
-        """Instant -> (naive local wall time, fold)."""
-        local = _from_ms(ms).astimezone(self.zone)
-        return local.replace(tzinfo=None), local.fold
+    def _none(self, what: str, ms: int) -> BadInput:
+        return BadInput("--schedule", f"{self.expr!r} has no tick {what} {ms} ms")
 
-    def _instant(self, wall: datetime) -> int:
-        """Naive local wall time -> epoch ms (gap: first instant after it; overlap: first)."""
-        z = self.zone
-        first = wall.replace(tzinfo=z, fold=0)
-        ms = _to_ms(first.astimezone(UTC).replace(tzinfo=None))
-        back = _from_ms(ms).astimezone(z).replace(tzinfo=None)
-        if back == wall:
-            return ms
-        # In a gap: fold=0 uses the offset before the transition, fold=1 the one after;
-        # the transition instant lies between the two readings.
-        lo = _to_ms(wall.replace(tzinfo=z, fold=1).astimezone(UTC).replace(tzinfo=None))
-        hi = ms
-        if lo > hi:
-            lo, hi = hi, lo
-        off_hi = _from_ms(hi).astimezone(z).utcoffset()
-        while hi - lo > 1:  # first ms whose offset is the post-transition one
-            mid = (lo + hi) // 2
-            if _from_ms(mid).astimezone(z).utcoffset() == off_hi:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+    # --- ticks (internally whole seconds) ---------------------------------------
+    def _next_s(self, t: int) -> int | None:
+        """The first tick at or after second t."""
+        F = self._fields
+        assert F is not None
+        z = _zone(self.tz)
+        stop = t + _HORIZON_S if self._last_s is None else min(t + _HORIZON_S, self._last_s)
+        if self._first_s is not None:
+            t = max(t, self._first_s)
+        while t < stop:
+            start, end = z.segment(t)
+            o, o_prev, o_next = z.off(t), z.off(start - 1), z.off(end)
+            lo = t + o
+            if not self.wildcard and o_prev > o:
+                lo = max(lo, start + o_prev)  # walls the overlap repeats fired already
+            w = F.next_wall(lo, end + o)
+            if w is not None:
+                return w - o
+            if not self.wildcard and o_next > o and F.next_wall(end + o, end + o_next) is not None:
+                return end  # a fixed time in the gap fires at its end
+            t = end
+        return None
 
-    def _overlap_end(self, ms: int) -> datetime | None:
-        """If ``ms`` is the second occurrence of an ambiguous wall time, the wall
-        time at which the ambiguity ends (ticks before it already fired)."""
-        wall, fold = self._wall(ms)
-        if fold == 0:
-            return None
-        z = self.zone
-        off1 = wall.replace(tzinfo=z, fold=1).utcoffset()
-        off0 = wall.replace(tzinfo=z, fold=0).utcoffset()
-        if off0 is None or off1 is None or off0 == off1:
-            return None
-        # Transition instant T in (ms - (off0 - off1), ms]: offset changes from off0 to off1.
-        lo = ms - int((off0 - off1).total_seconds() * 1000)
-        hi = ms
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if _from_ms(mid).astimezone(z).utcoffset() == off1:
-                hi = mid
-            else:
-                lo = mid
-        return self._wall(hi)[0] + (off0 - off1)
+    def _prev_s(self, t: int) -> int | None:
+        """The last tick at or before second t."""
+        F = self._fields
+        assert F is not None
+        z = _zone(self.tz)
+        stop = t - _HORIZON_S if self._first_s is None else max(t - _HORIZON_S, self._first_s)
+        if self._last_s is not None:
+            t = min(t, self._last_s)
+        while t >= stop:
+            start, _end = z.segment(t)
+            o, o_prev = z.off(t), z.off(start - 1)
+            lo = start + o
+            if not self.wildcard and o_prev > o:
+                lo = start + o_prev
+            if t + o >= lo:
+                w = F.prev_wall(t + o, lo)
+                if w is not None:
+                    return w - o
+            if (
+                not self.wildcard
+                and o > o_prev
+                and F.prev_wall(start + o - 1, start + o_prev) is not None
+            ):
+                return start
+            t = start - 1
+        return None
 
-    def _iter(self, start_wall: datetime, is_prev: bool = False) -> croniter:
-        return croniter(
-            self._croniter_expr,
-            start_wall,
-            second_at_beginning=self._seconds,
-            is_prev=is_prev,
-            max_years_between_matches=30,
-        )
-
-    # --- ticks ------------------------------------------------------------------
     def next_after(self, ms: int) -> int:
         """The first tick strictly after instant ``ms`` (epoch ms)."""
-        end = self._overlap_end(ms)
-        if end is not None:
-            it = self._iter(end - timedelta(microseconds=1))
-        else:
-            wall, _ = self._wall(ms)
-            it = self._iter(wall)
-        for _ in range(100_000):
-            t = self._instant(it.get_next(datetime))
-            if t > ms:
-                return t
-        raise BadInput("--schedule", f"{self.expr!r}: no tick found after {ms}")  # pragma: no cover
+        t = self._next_s(ms // 1000 + 1)
+        if t is None:
+            raise self._none("after", ms)
+        return t * 1000
 
     def prev_at_or_before(self, ms: int) -> int:
         """The latest tick at or before instant ``ms``."""
-        end = self._overlap_end(ms)
-        if end is not None:
-            it = self._iter(end, is_prev=True)
-        else:
-            wall, _ = self._wall(ms)
-            # croniter's get_prev is strictly before its start: nudge past ``wall``.
-            it = self._iter(wall + timedelta(microseconds=1), is_prev=True)
-        for _ in range(100_000):
-            t = self._instant(it.get_prev(datetime))
-            if t <= ms:
-                return t
-        raise BadInput(
-            "--schedule", f"{self.expr!r}: no tick found before {ms}"
-        )  # pragma: no cover
+        t = self._prev_s(ms // 1000)
+        if t is None:
+            raise self._none("at or before", ms)
+        return t * 1000
 
     def ticks_between(self, after_ms: int, until_ms: int, limit: int = 1000) -> list[int]:
         """Ticks t with ``after_ms < t <= until_ms``, the latest ``limit`` of them, ascending."""
         out: list[int] = []
-        t = self.prev_at_or_before(until_ms)
-        while t > after_ms and len(out) < limit:
-            out.append(t)
-            t = self.prev_at_or_before(t - 1)
+        t = self._prev_s(until_ms // 1000)
+        while t is not None and t * 1000 > after_ms and len(out) < limit:
+            out.append(t * 1000)
+            t = self._prev_s(t - 1)
         out.reverse()
         return out
 
     def interval_ms(self, around_ms: int) -> int:
         """Distance between the two ticks after ``around_ms`` (a hint for grace periods)."""
-        a = self.next_after(around_ms)
-        return self.next_after(a) - a
+        a = self._next_s(around_ms // 1000 + 1)
+        b = self._next_s(a + 1) if a is not None else None
+        if a is None or b is None:
+            return 86_400_000
+        return (b - a) * 1000
+
+
+def dialect_of(expr: str, dialect: str | None) -> str:
+    """The dialect an expression is read in: the one given, else by its field count."""
+    if dialect:
+        return dialect
+    return "spring" if len(expr.split()) == 6 else "cron"
 
 
 def parse(
-    expr: str, tz: str = "UTC", field: str = "--schedule", tz_field: str = "--tz"
+    expr: str,
+    tz: str = "UTC",
+    field: str = "--schedule",
+    tz_field: str = "--tz",
+    dialect: str | None = None,
+    dialect_field: str = "--dialect",
 ) -> Schedule:
     """Parse and check a cron expression; refuses never-firing ones."""
+    if dialect is not None and dialect not in DIALECTS:
+        raise BadInput(dialect_field, f"{dialect!r} is not one of {', '.join(DIALECTS)}")
     if not isinstance(expr, str) or not expr.strip():
         raise BadInput(field, f"is empty; give {CRON_FORM}")
-    text = " ".join(expr.split())
     parse_zone(tz, tz_field)
+    return _parse(" ".join(expr.split()), tz, field, dialect or None)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(text: str, tz: str, field: str, dialect: str | None) -> Schedule:
     low = text.lower()
     if low == "@reboot":
         raise BadInput(
@@ -201,47 +281,57 @@ def parse(
         )
     if low.startswith("@"):
         if low not in _ALIASES:
-            raise BadInput(field, f"{expr!r} is not a known alias; give {CRON_FORM}")
-        cexpr, seconds = _ALIASES[low], False
+            raise BadInput(field, f"{text!r} is not a known alias; give {CRON_FORM}")
+        d = dialect or "cron"
+        body = _ALIASES[low] if d == "cron" else _ALIASES6[d][low]
     else:
-        fields = text.split(" ")
-        if len(fields) == 5:
-            seconds = False
-        elif len(fields) == 6:
-            seconds = True
-        else:
+        body = text
+    fields = body.split(" ")
+    n = len(fields)
+    if dialect is None:
+        if n == 7:
             raise BadInput(
                 field,
-                f"{expr!r} has {len(fields)} field{'s' if len(fields) != 1 else ''}; give {CRON_FORM}",
+                f"{text!r} has 7 fields: a year field is Quartz's; say --dialect quartz "
+                "(6 fields are read as spring, 5 as cron)",
             )
-        # '?' (Quartz "no specific value") only in the day fields.
-        dom_i, dow_i = (3, 5) if seconds else (2, 4)
-        for i, f in enumerate(fields):
-            if "?" in f and (i not in (dom_i, dow_i) or f != "?"):
-                raise BadInput(
-                    field,
-                    f"{expr!r}: '?' is accepted only as a whole day-of-month or day-of-week field",
-                )
-        fields = ["*" if f == "?" else f for f in fields]
-        cexpr = " ".join(fields)
-    try:
-        if not croniter.is_valid(cexpr, second_at_beginning=seconds):
-            raise BadInput(field, f"{expr!r} is not {CRON_FORM}")
-    except TypeError:  # older croniter without second_at_beginning in is_valid
-        pass
-    sched = Schedule(expr=text, tz=tz, _croniter_expr=cexpr, _seconds=seconds)
-    try:
-        # Fires at all? Search forward from a fixed point (covers leap years) and from now.
-        it = croniter(
-            cexpr, datetime(2024, 1, 1), second_at_beginning=seconds, max_years_between_matches=30
-        )
-        it.get_next(datetime)
-    except CroniterBadDateError:
+        d = "spring" if n == 6 else "cron"
+    else:
+        d = dialect
+    if n not in FIELD_COUNT[d]:
+        counts = " or ".join(str(c) for c in FIELD_COUNT[d])
+        hint = {
+            5: "5 fields are cron's",
+            6: "6 fields are spring's or quartz's",
+            7: "7 fields are quartz's",
+        }.get(n, "")
         raise BadInput(
-            field, f"{expr!r} never fires (no date matches it); give {CRON_FORM}"
-        ) from None
-    except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
-        raise BadInput(field, f"{expr!r} is not {CRON_FORM} ({exc})") from None
+            field,
+            f"{text!r} has {n} field{'s' if n != 1 else ''}; dialect {d} takes {counts} "
+            f"({FIELD_NAMES[d]}){'; ' + hint if hint else ''}",
+        )
+    try:
+        F = parse_fields(fields, d)
+    except FieldError as e:
+        raise BadInput(field, f"{text!r}: {e} (dialect {d})") from None
+    lead = fields[:2] if d == "cron" else fields[:3]
+    wild = any(f.startswith("*") for f in lead)
+    first = last = None
+    if F.years is not None and (F.years[0], F.years[-1]) != QUARTZ_YEARS:
+        first = calendar.timegm((F.years[0], 1, 1, 0, 0, 0)) - 2 * 86400
+        last = calendar.timegm((F.years[-1] + 1, 1, 1, 0, 0, 0)) + 2 * 86400
+    elif F.years is not None:
+        last = calendar.timegm((QUARTZ_YEARS[1] + 1, 1, 1, 0, 0, 0)) + 2 * 86400
+    sched = Schedule(
+        expr=text, tz=tz, dialect=d, wildcard=wild, _fields=F, _first_s=first, _last_s=last
+    )
+    # Fires at all? Day patterns repeat every 400 years: search one cycle of walls.
+    if F.years is not None:
+        ok = sched._next_s(int(time.time())) is not None
+        if not ok:
+            raise BadInput(field, f"{text!r} never fires again (its years are past)")
+    elif F.next_wall(calendar.timegm((2000, 1, 1, 0, 0, 0)), 401 * _YEAR_S + 946_684_800) is None:
+        raise BadInput(field, f"{text!r} never fires (no date matches it); give {CRON_FORM}")
     return sched
 
 

@@ -55,7 +55,7 @@ class ExecOutcome:
 class OncePer:
     """The tick rule of ``--once-per``: a cron expression or a plain duration."""
 
-    def __init__(self, text: str, tz: str = "UTC"):
+    def __init__(self, text: str, tz: str = "UTC", dialect: str | None = None):
         self.text = text
         self.every_ms = cronexpr.parse_every(text)
         if self.every_ms and tz not in ("UTC", "Etc/UTC", "Z"):
@@ -71,7 +71,13 @@ class OncePer:
                 f"{text!r} is neither a duration (30s, 15m, 1h, 1d) nor a cron expression "
                 "('0 * * * *', '*/10 * * * * *', @hourly)",
             )
-        self.schedule = None if self.every_ms else cronexpr.parse(text, tz, field="--once-per")
+        if self.every_ms and dialect:
+            raise errors.BadInput(
+                "--dialect", f"applies to a cron expression, not to --once-per {text} (a duration)"
+            )
+        self.schedule = (
+            None if self.every_ms else cronexpr.parse(text, tz, field="--once-per", dialect=dialect)
+        )
 
     def tick_at(self, now_ms: int) -> int:
         if self.every_ms:
@@ -96,6 +102,7 @@ def run_exec(
     ttl_ms: int = DEFAULT_TTL_MS,
     once_per: str | None = None,
     tz: str = "UTC",
+    dialect: str | None = None,
     if_locked: str = "skip",
     wait_timeout_ms: int | None = None,
     timeout_ms: int | None = None,
@@ -128,7 +135,9 @@ def run_exec(
             "--on-lock-lost", f"{on_lock_lost!r} is not one of {', '.join(ON_LOCK_LOST)}"
         )
     argv = proc.split_command(list(command) if not isinstance(command, str) else command, "CMD")
-    rule = OncePer(once_per, tz) if once_per else None
+    if dialect and not once_per:
+        raise errors.BadInput("--dialect", "applies to --once-per CRON; give --once-per")
+    rule = OncePer(once_per, tz, dialect) if once_per else None
 
     # SIGTERM/SIGINT/SIGHUP from here on: while waiting for the lock, stop waiting;
     # once it is held, stop the child's group gracefully and release the lock. (A

@@ -604,6 +604,48 @@ def _usage(node: Node) -> str:
     return " ".join([node.name, *pieces])
 
 
+_CRON_DIALECTS = [
+    (
+        "cron",
+        "Vixie/cronie (crontab(5)), 5 fields: min hour dom mon dow; day of week 0-7 (0 and 7 are "
+        "SUN). Day of month and day of week are ORed unless either starts with *, then ANDed. "
+        "Also L and LW (day of month), nL and n#k (day of week). The default for 5 fields.",
+    ),
+    (
+        "spring",
+        "Spring's CronExpression, 6 fields: sec min hour dom mon dow; day of week 1-7 = MON-SUN "
+        "(0 is SUN too; */2 is MON, WED, FRI, SUN). The day fields are always ANDed; ? is *. "
+        "L, L-n, LW, nW, nL, n#k, also in lists. The default for 6 fields.",
+    ),
+    (
+        "quartz",
+        "Quartz's CronExpression, 6 or 7 fields: sec min hour dom mon dow [year 1970-2099]; day "
+        "of week 1-7 = SUN-SAT; exactly one day field is ?; a reversed range wraps (FRI-MON, "
+        "22-2). L, L-n, LW, L-nW, nW; L (= SAT), nL, n#k, each alone.",
+    ),
+]
+
+_CRON_RULES = [
+    "In every dialect a/n runs from a to the field's maximum in steps of n and a-a is the single "
+    "value a. nW is the weekday nearest day n inside its month. Refused, with one line naming "
+    "the field and the token (exit 2): values out of range, @reboot, 7 fields without --dialect "
+    "quartz, a Quartz expression without exactly one ?, forms the dialect lacks, expressions that "
+    "never fire, and R, R(a-b), Jenkins H and cronie's ~ (every runner would compute a different "
+    "tick).",
+    "Daylight saving time, cronie's rule for every dialect: a schedule whose second, minute or "
+    "hour field starts with * is a wildcard schedule; it fires through both passes of a repeated "
+    "hour and has no ticks in a skipped hour. Any other tick is a fixed local time: one in a gap "
+    "fires once at the first instant after the gap, one in a repeated hour once at its first "
+    "occurrence.",
+    "rsched next EXPR|NAME shows the next ticks in UTC and local time. Intentional differences "
+    "from the references the tests check against: a fixed time in a gap fires at the gap's end "
+    "in 6-field expressions too (Spring skips it); a-a/n is the single value a (cronsim: a/n); "
+    "cronsim's earlier tick from the second pass of a repeated hour and its skipped wildcard "
+    "ticks after 30- and 45-minute DST shifts are not reproduced; 0 0 30 2 MON fires on Mondays "
+    "(cronsim refuses it); L/2 is refused (cronsim ignores the step); Quartz nW for a day the "
+    "month lacks does not fire that month.",
+]
+
 _GUARANTEES = [
     (
         "No task is lost",
@@ -874,6 +916,12 @@ def man(tree: Node) -> str:
     out.append(".SH GUARANTEES")
     for i, (head, body) in enumerate(_GUARANTEES, 1):
         out += [".TP", f"{i}.", f"\\fB{_roff(head)}\\fR " + _roff(body)]
+    out.append(".SH CRON EXPRESSIONS")
+    out += ["Each expression is read in one dialect (--dialect, or dialect in [cron.NAME]):"]
+    for tag, text in _CRON_DIALECTS:
+        out += [".TP", f"\\fB{tag}\\fR", _roff(text)]
+    for text in _CRON_RULES:
+        out += [".PP", _roff(text)]
     out += [".SH EXIT STATUS", ".TP 6"]
     for i, code in enumerate(ExitCode):
         if i:

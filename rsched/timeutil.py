@@ -104,3 +104,29 @@ def show(ms: int | None, now_ms: int) -> str:
     if ms is None:
         return "-"
     return f"{iso(ms)} ({relative(ms, now_ms)})"
+
+
+def local_parts(ms: int, tz: str) -> tuple[str, str]:
+    """(ISO 8601 local time with its offset, the offset ``+08:00``) of instant ms in tz."""
+    from zoneinfo import ZoneInfo
+
+    d = datetime.fromtimestamp(ms / 1000, ZoneInfo(tz or "UTC"))
+    text = d.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+    off = d.strftime("%z")  # +0800, or +054116 for an old local mean time
+    offset = f"{off[:3]}:{off[3:5]}" + (f":{off[5:]}" if len(off) > 5 else "")
+    return text, offset
+
+
+def local_time(ms: int | None, tz: str | None) -> str | None:
+    """Instant ms in the zone's own clock, ``2026-03-08 03:00 -04:00`` (None stays None)."""
+    from zoneinfo import ZoneInfo
+
+    if ms is None:
+        return None
+    d = datetime.fromtimestamp(ms / 1000, ZoneInfo(tz or "UTC"))
+    return (
+        d.strftime("%Y-%m-%d %H:%M")
+        + (f":{d.second:02d}" if d.second else "")
+        + " "
+        + local_parts(ms, tz or "UTC")[1]
+    )

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rsched import cronexpr, errors, partitions
-from rsched.timeutil import human_duration, relative
+from rsched.timeutil import human_duration, local_time, relative
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.client import Rsched
@@ -293,7 +293,7 @@ def _next_fire(c: CronInfo, now: int) -> int | None:
     nxt = c.next_fire_ms
     if nxt is not None and nxt < now - 999 and c.schedule:
         try:
-            return cronexpr.parse(c.schedule, c.tz or "UTC").next_after(now)
+            return cronexpr.parse(c.schedule, c.tz or "UTC", dialect=c.dialect).next_after(now)
         except errors.BadInput:
             return nxt
     return nxt
@@ -345,6 +345,17 @@ def render(
                 else "-"
             ),
             "right",
+        ),
+        Col(
+            "AT (LOCAL)",
+            lambda c: (
+                local_time(_next_fire(c, now), c.tz) or "-"
+                if c.next_fire_ms and not c.paused
+                else "-"
+            ),
+            min_width=22,
+            drop=4,
+            min_term=110,
         ),
         Col("LAST", lambda c: relative(c.last_fire_ms, now) if c.last_fire_ms else "-", "right"),
         Col("RESULT", lambda c: _result(c.last_result)),

@@ -23,9 +23,21 @@ from rsched.cli.params import (
 )
 from rsched.cli.render import emit_json, record, table
 from rsched.errors import BadInput, ConfigError
-from rsched.timeutil import human_duration, parse_duration, show
+from rsched.timeutil import human_duration, local_time, parse_duration, show
 
 _CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
+
+DIALECT_HELP = (
+    "How to read the expression: cron (Vixie/cronie, 5 fields), spring (6 fields, "
+    "1 = MON, day fields ANDed), quartz (6 or 7 fields, 1 = SUN, a year). "
+    "Default: 5 fields cron, 6 spring."
+)
+
+
+def _dialect_option(help_: str = DIALECT_HELP) -> Any:
+    return click.option(
+        "--dialect", type=click.Choice(["cron", "spring", "quartz"]), default=None, help=help_
+    )
 
 
 def _dur(value: str | None, field: str) -> int | None:
@@ -64,6 +76,7 @@ def _dur(value: str | None, field: str) -> int | None:
     callback=zone_cb,
     help="Time zone of --once-per.",
 )
+@_dialect_option("How to read --once-per CRON (cron, spring, quartz); default by its field count.")
 @click.option(
     "--if-locked",
     "if_locked",
@@ -99,6 +112,7 @@ def exec_cmd(
     ttl: str,
     once_per: str | None,
     tz: str,
+    dialect: str | None,
     if_locked: str,
     wait_timeout: str | None,
     timeout: str | None,
@@ -137,6 +151,7 @@ def exec_cmd(
         ttl_ms=ttl_ms,
         once_per=once_per,
         tz=tz,
+        dialect=dialect,
         if_locked=if_locked,
         wait_timeout_ms=wt,
         timeout_ms=to,
@@ -161,7 +176,8 @@ def exec_cmd(
 @click.option(
     "--schedule",
     metavar="EXPR",
-    help="Cron expression: 5 fields, 6 with seconds first ('0 0 2 * * ?'), or @hourly/@daily/...",
+    help="Cron expression: 5 fields (cron), 6 with seconds first ('0 0 2 * * ?'; spring), "
+    "7 with a year (--dialect quartz), or @hourly/@daily/...",
 )
 @click.option(
     "--tz",
@@ -171,6 +187,7 @@ def exec_cmd(
     callback=zone_cb,
     help="IANA time zone of the schedule.",
 )
+@_dialect_option()
 @click.option(
     "--ttl",
     default="30s",
@@ -226,6 +243,7 @@ def run_cron(
     all_: bool,
     schedule: str | None,
     tz: str,
+    dialect: str | None,
     ttl: str,
     concurrency: str,
     misfire: str,
@@ -255,7 +273,7 @@ def run_cron(
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     check_metrics_port(metrics_port)
     if all_:
-        if name or schedule or command:
+        if name or schedule or command or dialect:
             raise BadInput(
                 "--all",
                 "runs the [cron.NAME] entries of the config file; give no NAME, --schedule or CMD",
@@ -288,6 +306,7 @@ def run_cron(
                 schedule,
                 list(command),
                 tz=tz,
+                dialect=dialect,
                 ttl=ttl,
                 concurrency=concurrency,
                 misfire=misfire,
@@ -312,7 +331,8 @@ def run_cron(
         signal.signal(sig, on_signal)
     for sp in specs:
         app.info(
-            f"rsched: cron {sp.name}: schedule {sp.schedule.expr!r} ({sp.schedule.tz}), "
+            f"rsched: cron {sp.name}: schedule {sp.schedule.expr!r} ({sp.schedule.tz}, "
+            f"{sp.schedule.dialect}), "
             f"concurrency {sp.concurrency}"
             + (f", {sp.shards} shards" if sp.shards else "")
             + (", broadcast" if sp.broadcast else "")
@@ -406,7 +426,9 @@ def crons(app: App) -> None:
             ("NAME", lambda r: r.name),
             ("SCHEDULE", lambda r: r.schedule),
             ("TZ", lambda r: r.tz),
+            ("DIALECT", lambda r: r.dialect),
             ("NEXT FIRE", lambda r: show(r.next_fire_ms, now) if r.next_fire_ms else None),
+            ("NEXT LOCAL", lambda r: local_time(r.next_fire_ms, r.tz) if r.next_fire_ms else None),
             ("LAST FIRE", lambda r: show(r.last_fire_ms, now) if r.last_fire_ms else None),
             ("RESULT", lambda r: r.last_result),
             ("HOST", lambda r: r.last_host),
@@ -416,6 +438,87 @@ def crons(app: App) -> None:
         app.fmt,
         to_json=lambda r: r.to_json(),
         empty="no crons registered",
+    )
+
+
+@click.command("next")
+@click.argument("what", metavar="EXPR|NAME")
+@click.option(
+    "--tz", default=None, metavar="ZONE", help="Time zone (default UTC, or the named cron's)."
+)
+@_dialect_option()
+@click.option(
+    "-n",
+    "count",
+    type=int,
+    default=10,
+    show_default=True,
+    metavar="N",
+    help="How many ticks (1-1000).",
+)
+@output_options
+@pass_app
+def next_cmd(app: App, what: str, tz: str | None, dialect: str | None, count: int) -> None:
+    """The next N ticks of a cron expression, or of a known cron, in UTC and local time.
+
+    \b
+      rsched next '0 0 2 * * ?' --tz Asia/Shanghai
+      rsched next '0 0 12 ? * 2-6' --dialect quartz -n 5
+      rsched next report.daily          # a [cron.NAME] of the config file, or a registered cron
+
+    An expression is refused with the same message as run cron's --schedule; a NAME
+    that is neither in the config file nor registered exits 3. JSON rows: fire_at,
+    fire_ms, local (ISO 8601 with its offset), offset.
+    """
+    import time
+
+    from rsched import cronexpr
+    from rsched.errors import NotFound
+    from rsched.timeutil import iso, local_parts
+
+    if not 1 <= count <= 1000:
+        raise BadInput("-n", f"{count} is not 1-1000 (how many ticks to show)")
+    name_like = len(what.split()) == 1 and not what.startswith("@")
+    if name_like:
+        cfg = app.settings.crons.get(what)
+        if isinstance(cfg, dict) and cfg.get("schedule"):
+            expr, ztz, zd = cfg["schedule"], cfg.get("tz", "UTC"), cfg.get("dialect")
+        else:
+            from rsched.validate import name as check_name
+
+            check_name(what, "NAME")
+            st = app.rs.redis.hgetall(app.rs.keys.cron(what).state)
+            if not st.get("schedule"):
+                raise NotFound(
+                    f"no cron named {what!r}: not a [cron.{what}] of the config file, and no "
+                    "runner registered it (an expression has 5, 6 or 7 fields, or is @daily...)"
+                )
+            expr, ztz, zd = st["schedule"], st.get("tz") or "UTC", st.get("dialect")
+        field = "NAME"
+    else:
+        expr, ztz, zd, field = what, "UTC", None, "--schedule"
+    sched = cronexpr.parse(expr, tz or ztz, field=field, dialect=dialect or zd, tz_field="--tz")
+    t = int(time.time() * 1000)
+    rows = []
+    for _ in range(count):
+        try:
+            t = sched.next_after(t)
+        except BadInput:
+            break  # a Quartz year list that ends
+        local, offset = local_parts(t, sched.tz)
+        rows.append({"fire_at": iso(t), "fire_ms": t, "local": local, "offset": offset})
+    if app.fmt != "json" and not app.quiet:
+        app.info(f"{sched.expr!r} ({sched.dialect}, {sched.tz})")
+    table(
+        rows,
+        [
+            ("FIRE AT (UTC)", lambda r: r["fire_at"]),
+            ("LOCAL", lambda r: r["local"]),
+            ("OFFSET", lambda r: r["offset"]),
+        ],
+        app.fmt,
+        to_json=lambda r: r,
+        empty="no ticks",
     )
 
 

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "locks": "rsched.cli.cron_cmds:locks",
     "unlock": "rsched.cli.cron_cmds:unlock",
     "crons": "rsched.cli.cron_cmds:crons",
+    "next": "rsched.cli.cron_cmds:next_cmd",
     "pause": "rsched.cli.cron_cmds:pause",
     "resume": "rsched.cli.cron_cmds:resume",
     "history": "rsched.cli.cron_cmds:history",
