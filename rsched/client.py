@@ -69,6 +69,19 @@ class Rsched:
     def __repr__(self) -> str:
         return f"Rsched(namespace={self.namespace!r})"
 
+    def close(self) -> None:
+        """Close the client's connections (redis-py leaves them to the garbage
+        collector otherwise, which may find them only much later)."""
+        close = getattr(self.redis, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Rsched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def now_ms(self) -> int:
         """The Redis server's clock, in ms (the one clock)."""
         from rsched.conn import server_time_ms

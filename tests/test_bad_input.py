@@ -25,6 +25,13 @@ CASES = [
     (["exec", "--lock", "bad name", "--", "true"], "--lock"),
     (["exec", "--lock", "x", "--tz", "Mars/Olympus", "--", "true"], "--tz"),
     (["exec", "--lock", "x", "--ttl", "\u0663s", "--", "true"], "--ttl"),
+    (["exec", "--lock", "x", "--once-per", "61 * * * *", "--", "true"], "--once-per"),
+    (["exec", "--lock", "x", "--once-per", "every", "--", "true"], "--once-per"),
+    (["exec", "--lock", "x", "--once-per", "1h", "--tz", "Asia/Tokyo", "--", "true"], "--tz"),
+    (
+        ["exec", "--lock", "x", "--once-per", "0 0 12 ? * 2-6", "--dialect", "cron", "--", "true"],
+        "--once-per",
+    ),  # fmt: skip
     (["unlock", "x", "--token", "\u0661"], "--token"),
     (["unlock", "x", "--token", "abc"], "--token"),
     (["unlock", "bad name", "--force"], "NAME"),

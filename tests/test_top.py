@@ -410,7 +410,8 @@ def _due(frame: str) -> str | None:
 def test_redis_going_away_shows_a_banner_and_recovers(
     own_server: RedisServer, namespace: str
 ) -> None:
-    Rsched(own_server.client(), namespace).add("t", "1", queue="orders")
+    with Rsched(own_server.client(), namespace) as rs:
+        rs.add("t", "1", queue="orders")
     with live_top(rsched_env(own_server, namespace), "--interval", "200ms") as p:
         wait_for(lambda: "orders" in p.text, what="the first frame")
         own_server.kill()

@@ -132,12 +132,14 @@ def exec_cmd(
     already ran) it exits 0 without running CMD (75 with --if-locked fail).
     CMD sees RSCHED_NAME, RSCHED_FIRE_AT and RSCHED_FENCING_TOKEN.
     """
-    from rsched.execguard import run_exec
+    from rsched.execguard import OncePer, run_exec
 
     if not command:
         raise BadInput(
             "CMD", "give the command to run after --, like: rsched exec --lock NAME -- ./job.sh"
         )
+    if once_per is not None:
+        OncePer(once_per, tz, dialect)  # refused here, before anything connects
     ttl_ms = parse_duration(ttl, "--ttl")
     wt = _dur(wait_timeout, "--wait-timeout")
     to = _dur(timeout, "--timeout")
