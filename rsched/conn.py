@@ -195,6 +195,20 @@ def _connect_cluster(settings: Settings, url: str, kwargs: dict[str, Any], check
         client = RedisCluster.from_url(url, **kw)
     except ValueError as exc:
         raise RedisUnavailable(f"--redis-url {settings.safe_url}: {exc}") from None
+    except IndexError:
+        # redis-py < 5.1 when no node serves a slot (a cluster not set up yet): the
+        # node itself, as a plain client, so that `doctor` can say so; every keyed
+        # command is refused by the node (CLUSTERDOWN) as with newer redis-py.
+        plain = redis.Redis.from_url(url, **{k: v for k, v in kwargs.items() if k != "db"})
+        if check:
+            try:
+                plain.ping()
+            except redis.RedisError as exc:
+                err = map_error(exc)
+                raise RedisUnavailable(
+                    f"cannot use Redis Cluster at {settings.safe_url}: {_short(err)}"
+                ) from None
+        return plain
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         err = map_error(exc)
         raise RedisUnavailable(

@@ -80,6 +80,8 @@ def _map_reply(msg: str, exc: Exception) -> Exception:
             f"{which}a key in rsched's namespace holds another type of data "
             "(the namespace collides with something else; choose another --namespace)"
         )
+    if msg.startswith(("CLUSTERDOWN", "MASTERDOWN")):  # an outage to wait out (exit 69)
+        return errors.RedisUnavailable(f"Redis Cluster cannot serve the keys now: {msg}")
     if "DB index is out of range" in msg:  # SELECT, or HELLO's AUTH+SELECT at connect
         return errors.ConfigError(
             "--redis-url: the database number is out of range for this server "

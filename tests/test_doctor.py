@@ -333,11 +333,12 @@ def test_cluster_topology(make_server, namespace: str) -> None:
         and c["topology"]["status"] == "FAIL"
         and "cluster_state fail" in c["topology"]["detail"]
     )
-    s.client().execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-    wait_for(
-        lambda: "cluster_state:ok" in s.client().execute_command("CLUSTER", "INFO"),
-        what="cluster ok",
-    )
+    with s.client() as admin:
+        admin.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+        wait_for(
+            lambda: "cluster_state:ok" in admin.execute_command("CLUSTER", "INFO"),
+            what="cluster ok",
+        )
     _, c = checks(cli)
     assert c["topology"]["status"] == "PASS" and "cluster" in c["topology"]["detail"]
 
