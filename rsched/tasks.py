@@ -763,34 +763,60 @@ def _list_stored(
     out: list[Task] = []
     prefix = f"{task_type} " if task_type else None
     for st in order:
-        key = {"processing": q.proc, "due": q.sched, "scheduled": q.sched, "dead": q.dead}[st]
-        lo, hi = (
-            ("-inf", now)
-            if st == "due"
-            else (f"({now}", "+inf")
-            if st == "scheduled"
-            else ("-inf", "+inf")
-        )
-        offset = 0
-        page = max(limit, 200)
-        while len(out) < limit:
-            rows = rs.redis.zrangebyscore(key, lo, hi, start=offset, num=page, withscores=True)
-            if not rows:
-                break
-            offset += len(rows)
-            last_page = len(rows) < page
-            rows = [(m, sc) for m, sc in rows if prefix is None or m.startswith(prefix)]
-            if rows:
-                raws = rs.redis.hmget(q.tasks, [m for m, _ in rows])
-                for (m, sc), raw in zip(rows, raws, strict=True):
-                    t = _decode(rs, queue, m, raw, st, sc)
-                    if t is not None and len(out) < limit:
-                        out.append(t)
-            if last_page:
-                break
+        want = limit - len(out)
+        if st == "due":
+            rows = _due_rows(rs, q, now, want, task_type)
+        else:
+            key = {"processing": q.proc, "scheduled": q.sched, "dead": q.dead}[st]
+            lo, hi = (f"({now}", "+inf") if st == "scheduled" else ("-inf", "+inf")
+            rows = _range_rows(rs, key, lo, hi, want, prefix)
+        if rows:
+            raws = rs.redis.hmget(q.tasks, [m for m, _ in rows])
+            for (m, sc), raw in zip(rows, raws, strict=True):
+                t = _decode(rs, queue, m, raw, st, sc)
+                if t is not None and len(out) < limit:
+                    out.append(t)
         if len(out) >= limit:
             break
     return out
+
+
+def _range_rows(
+    rs: Rsched, key: str, lo: Any, hi: Any, limit: int, prefix: str | None
+) -> list[tuple[str, float]]:
+    """Up to ``limit`` (member, score) of ``key`` in [lo, hi], in score order, of
+    members starting with ``prefix``; read in pages, never the whole set at once."""
+    out: list[tuple[str, float]] = []
+    offset = 0
+    page = max(limit, 200)
+    while len(out) < limit:
+        rows = rs.redis.zrangebyscore(key, lo, hi, start=offset, num=page, withscores=True)
+        if not rows:
+            break
+        offset += len(rows)
+        out.extend((m, sc) for m, sc in rows if prefix is None or m.startswith(prefix))
+        if len(rows) < page:
+            break
+    return out[:limit]
+
+
+def _due_rows(
+    rs: Rsched, q: Any, now: int, limit: int, task_type: str | None
+) -> list[tuple[str, float]]:
+    """The ``limit`` soonest due tasks by their real due time: the unparked ones
+    (scores 0..now) merged with each parked type's lane (scores below 0, see
+    ``lua/_lanes.lua``), each read up to ``limit``."""
+    prefix = f"{task_type} " if task_type else None
+    rows = _range_rows(rs, q.sched, 0, now, limit, prefix)
+    lanes = {t: int(v) for t, v in (rs.redis.hgetall(q.lanes) or {}).items() if t != "#"}
+    for t, lane in lanes.items():
+        if task_type is not None and t != task_type:
+            continue
+        lo, hi = K.lane_bounds(lane)
+        rows += _range_rows(rs, q.sched, lo, hi, limit, prefix)
+    if lanes:
+        rows.sort(key=lambda r: (K.due_of_score(r[1]), r[0]))
+    return rows[:limit]
 
 
 def known_queues(rs: Rsched) -> list[str]:

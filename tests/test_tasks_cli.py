@@ -534,3 +534,19 @@ def test_stored_terminal_escapes_are_escaped_in_every_human_view_and_raw_in_json
     assert any(EVIL in (h.get("error") or "") for h in cli.json("history"))
     assert [lock["host"] for lock in cli.json("locks")] == ["h\x1b]0;lock\x07"]
     assert "c\x1b[2Jron" in [c["name"] for c in cli.json("crons")]
+
+
+def test_list_due_is_soonest_first_with_parked_tasks(cli: Cli, rs: Rsched) -> None:
+    """A due task a consumer could not run is parked in its type's lane (a score
+    below every real due time): `list` still orders due tasks by their due time."""
+    now = rs.now_ms()
+    iso = lambda ms: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + "Z"  # noqa: E731
+    cli("add", "--at", iso(now - 5_000), "a.x", "1")
+    cli("run", "consumer", "--handler", "b.y=true", "--burst")  # parks a.x
+    assert rs.redis.hlen(rs.keys.queue("default").lanes) >= 1
+    cli("add", "--at", iso(now - 20_000), "c.z", "1")  # unparked, and older
+    cli("add", "--at", iso(now - 1_000), "c.z", "2")  # unparked, newer
+    got = [(t["type"], t["id"]) for t in cli.json("list", "--state", "due")]
+    assert got == [("c.z", "1"), ("a.x", "1"), ("c.z", "2")], got
+    assert [t["id"] for t in cli.json("list", "--state", "due", "--limit", "1")] == ["1"]
+    assert [t["type"] for t in cli.json("list", "--state", "due", "--type", "a.x")] == ["a.x"]
