@@ -78,6 +78,8 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("hsetnx", ("HSETNX", "K", "f", "v")),
     ("hdel", ("HDEL", "K", "f")),
     ("hincrby", ("HINCRBY", "K", "f", "1")),
+    ("lpush", ("LPUSH", "K", "1")),  # a lock's release wakes a waiter
+    ("blpop", ("BLPOP", "K", "0.01")),  # a waiter for a lock (exec --if-locked wait)
     ("sadd", ("SADD", "K", "m")),
     ("sismember", ("SISMEMBER", "K", "m")),
     ("smembers", ("SMEMBERS", "K")),

@@ -127,10 +127,16 @@ class RedisServer:
         if self.proc.poll() is not None:
             log = Path(self.dir, "server.log")
             raise RuntimeError(f"server exited: {log.read_text() if log.exists() else ''}")
-        try:
-            return bool(self.client().ping())
-        except redis.RedisError:
-            return False
+        import warnings
+
+        with warnings.catch_warnings():
+            # redis-py < 5.1 leaves a unix socket unclosed when its connect fails
+            warnings.simplefilter("ignore", ResourceWarning)
+            try:
+                with self.client() as c:
+                    return bool(c.ping())
+            except redis.RedisError:
+                return False
 
     def client(self, **kw: Any) -> redis.Redis:
         kw.setdefault("decode_responses", True)
