@@ -578,6 +578,8 @@ class Consumer:
         self._work: queue_mod.SimpleQueue[list[_Held] | None] = queue_mod.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._stopping = False
+        #: Stopped by SIGINT (Ctrl-C): ``run consumer`` then exits 130, as documented.
+        self.interrupted = False
         self._stop_reason = ""
         self._stop_logged = False
         self._grace_deadline = 0.0
@@ -598,6 +600,8 @@ class Consumer:
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running handlers get ``grace_ms`` to finish. Safe from a
         signal handler. A second call skips what is left of the grace period."""
+        if reason == "SIGINT":
+            self.interrupted = True
         if self._stopping:
             self._grace_deadline = time.monotonic()
         else:

@@ -595,6 +595,8 @@ class ExpiredRunner:
         self.stats = Stats()
         self._rnd = random.Random()
         self._stop = threading.Event()
+        #: Stopped by SIGINT (Ctrl-C): ``run expired`` then exits 130, as documented.
+        self.interrupted = False
         self._stop_reason = ""
         self._grace_deadline = 0.0
         self._wake = threading.Event()
@@ -612,6 +614,8 @@ class ExpiredRunner:
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop listening; running handlers get ``grace_ms``. A second call kills them now."""
+        if reason == "SIGINT":
+            self.interrupted = True
         if self._stop.is_set():
             self._grace_deadline = time.monotonic()
         else:

@@ -657,7 +657,8 @@ _EXIT_TEXT: dict[int, str] = {
     ExitCode.CONFIG: "Configuration error: a bad config file, a key in the namespace holding "
     "another type of data, the server's notify-keyspace-events off (run expired), a missing "
     "optional dependency or permission.",
-    ExitCode.INTERRUPTED: "Interrupted (SIGINT, Ctrl-C).",
+    ExitCode.INTERRUPTED: "Interrupted (SIGINT, Ctrl-C): also the run loops and exec after "
+    "their clean stop (SIGTERM stops a run loop with 0).",
 }
 
 EXIT_BEGIN = "<!-- BEGIN EXIT CODES -->"

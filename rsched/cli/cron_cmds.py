@@ -12,7 +12,7 @@ import click
 from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.cli.render import emit_json, record, table
-from rsched.errors import BadInput, ConfigError
+from rsched.errors import BadInput, ConfigError, ExitCode
 from rsched.timeutil import human_duration, parse_duration, show
 
 _CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
@@ -217,7 +217,8 @@ def run_cron(
 
     Start it on as many hosts as you like; jobs see RSCHED_NAME, RSCHED_FIRE_AT,
     RSCHED_FENCING_TOKEN (and RSCHED_SHARD_INDEX / RSCHED_SHARD_TOTAL with --shards).
-    Stops cleanly on SIGTERM/SIGINT (running jobs get SIGTERM, then SIGKILL).
+    Stops cleanly on SIGTERM/SIGINT (running jobs get SIGTERM, then SIGKILL):
+    exit 0 after SIGTERM, 130 after SIGINT (Ctrl-C).
     """
     from rsched import cron
 
@@ -271,8 +272,11 @@ def run_cron(
     rs = app.rs  # connects (exit 69 when unreachable at start)
     start_loop(app, metrics_port)
     stop = threading.Event()
+    interrupted: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT:
+            interrupted.append(signum)
         if not stop.is_set():
             app.info(f"rsched: {signal.Signals(signum).name}: stopping (running jobs get SIGTERM)")
         stop.set()
@@ -288,6 +292,8 @@ def run_cron(
         )
     log = app.info if not app.quiet else (lambda _m: None)
     cron.run_runners(rs, specs, stop, log, app.debug, wait=pol)
+    if interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
+        raise SystemExit(int(ExitCode.INTERRUPTED))
 
 
 # --- locks / unlock ------------------------------------------------------------------------
