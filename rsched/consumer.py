@@ -633,7 +633,7 @@ class Consumer:
                     for qs in self.queues:  # a restart or failover: check key types again
                         qs.checked = False
                     wait_s = self._rnd.uniform(delay / 2, delay)
-                    self._log("error", f"{_one_line(exc)}; retrying in {wait_s:.1f}s")
+                    self._log("error", f"{_one_line(map_error(exc))}; retrying in {wait_s:.1f}s")
                     delay = min(RECONNECT_MAX_S, delay * 2)
                     if self._stopping and time.monotonic() >= self._grace_deadline:
                         self._abandon()

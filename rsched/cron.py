@@ -64,6 +64,7 @@ import redis
 from rsched import cronexpr, errors, proc, systemd, validate
 from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Watchdog, new_owner_id
 from rsched.runloop import TRANSIENT
+from rsched.scripts import map_error
 from rsched.timeutil import iso, parse_duration
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -409,9 +410,11 @@ class CronRunner:
                 registered = False  # Redis may have restarted empty: register again
                 if self._down_since is None:
                     self._down_since = time.monotonic()
-                    self.log(
-                        f"cron {self.spec.name}: Redis unavailable ({exc}); retrying with backoff"
+                    why = map_error(exc)
+                    what = (
+                        why if isinstance(why, errors.RedisFull) else f"Redis unavailable ({exc})"
                     )
+                    self.log(f"cron {self.spec.name}: {what}; retrying with backoff")
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         self.shutdown()

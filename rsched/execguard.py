@@ -177,11 +177,23 @@ def _run_exec(
         now = rs.now_ms()
         fire_ms = rule.tick_at(now) if rule else None
         keep = rule.keep_ms(now) if rule else 0
-        res = rs.scripts(
-            "exec-acquire-3",
-            [k.lock, k.fence, k.ticks],
-            [owner, ttl_ms, ident["host"], ident["pid"], -1 if fire_ms is None else fire_ms, keep],
-        )
+        try:
+            res = rs.scripts(
+                "exec-acquire-3",
+                [k.lock, k.fence, k.ticks],
+                [
+                    owner,
+                    ttl_ms,
+                    ident["host"],
+                    ident["pid"],
+                    -1 if fire_ms is None else fire_ms,
+                    keep,
+                ],
+            )
+        except errors.RedisFull as exc:
+            raise errors.RedisFull(
+                f"{exc}; lock {name!r} was not taken and the command was not run"
+            ) from exc
         status = res[0]
         if status == "ok":
             token, started_ms = int(res[2]), int(res[1])

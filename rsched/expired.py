@@ -947,6 +947,12 @@ class ExpiredRunner:
                         + ("; the sweep fires armed ones" if self.backup_sweep else ""),
                     )
                     raise
+                if delay == 0.05:  # once per refused batch: say what it waits for
+                    self._log(
+                        "error",
+                        f"claim of {len(batch)} expired key(s) refused ({_one_line(map_error(exc))}); "
+                        f"retrying for up to {self.claim_window_ms / 2000.0:g}s",
+                    )
                 self._topo_kick.set()
                 time.sleep(self._rnd.uniform(delay / 2, delay))
                 delay = min(1.0, delay * 2)

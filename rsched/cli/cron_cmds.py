@@ -12,7 +12,7 @@ import click
 from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.cli.render import emit_json, record, table
-from rsched.errors import BadInput, ConfigError, ExitCode
+from rsched.errors import BadInput, ConfigError, ExitCode, RedisFull
 from rsched.timeutil import human_duration, parse_duration, show
 
 _CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
@@ -393,10 +393,23 @@ def crons(app: App) -> None:
     )
 
 
+def _full(exc: RedisFull, name: str | None, queue: str | None, verb: str) -> RedisFull:
+    """A refused pause / resume says that nothing changed."""
+    what = f'queue "{queue}"' if queue is not None else f'cron "{name}"'
+    return RedisFull(f"{exc}; {what} was not {verb} (run it again once Redis has room)")
+
+
 def _pause_resume(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
     verb = "pause" if pausing else "resume"
     if (name is None) == (queue is None):
         raise BadInput("NAME", f"give a cron NAME or --queue Q to {verb}")
+    try:
+        _switch(app, name, queue, pausing)
+    except RedisFull as exc:
+        raise _full(exc, name, queue, verb + "d") from exc
+
+
+def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
     rs = app.rs
     if queue is not None:
         from rsched import tasks
