@@ -94,7 +94,10 @@ def exec_cmd(
 
     CMD's exit status is passed through; when the lock is held (or the tick
     already ran) it exits 0 without running CMD (75 with --if-locked fail).
-    CMD sees RSCHED_NAME, RSCHED_FIRE_AT and RSCHED_FENCING_TOKEN.
+    CMD sees RSCHED_NAME, RSCHED_FIRE_AT and RSCHED_FENCING_TOKEN. If Redis
+    cannot be reached (or is full) when CMD ends, the run's history record is
+    kept and written once Redis is back, for up to 60s (a signal stops the
+    wait); then exec exits with CMD's status.
     """
     from rsched.execguard import run_exec
 
