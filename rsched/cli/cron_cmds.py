@@ -172,7 +172,8 @@ def exec_cmd(
     "--starting-deadline",
     "starting_deadline",
     metavar="DUR",
-    help="A tick later than this is not started (recorded missed).",
+    help="A tick later than this is not started (recorded missed) [default: 5s, and at most "
+    "half the gap to the next tick].",
 )
 @click.option("--timeout", metavar="DUR", help="Kill the job's process group after this.")
 @click.option("--jitter", metavar="DUR", help="Delay each start by a random amount up to this.")
