@@ -15,6 +15,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.support import Cli, RedisServer, wait_for
@@ -236,5 +237,41 @@ def test_add_from_waits_out_a_full_redis_within_retry_for(
         assert p.wait(timeout=60) == 0, err.read_text()
         assert r.hlen(f"{namespace}:{{q:default}}:tasks") == 3_000
     finally:
+        c.close()
+        r.close()
+
+
+def test_a_task_that_finishes_while_redis_is_full_is_acked_at_once(
+    own_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """The ack deletes before it appends the history record, so a full Redis takes
+    it (a script is refused only at a first write that may grow memory): the task
+    does not wait in the consumer for room, nor run again after its lease."""
+    c = Cli(own_server, namespace, cwd=str(tmp_path))
+    r = own_server.client()
+    go = tmp_path / "go"
+    h = tmp_path / "wait.sh"
+    h.write_text(f"#!/bin/sh\nwhile [ ! -e '{go}' ]; do sleep 0.05; done\n")
+    h.chmod(0o755)
+    err = tmp_path / "consumer.err"
+    try:
+        with open(err, "w") as fh:
+            p = c.spawn("run", "consumer", "--handler", f"t.w={h}", stderr=fh)
+        c("add", "t.w", "1", check=0)
+        wait_for(lambda: c.json("show", "t.w", "1")["state"] == "processing", timeout=30)
+        fill(r)
+        go.touch()
+        wait_for(
+            lambda: any(x["id"] == "1" for x in _ok_runs(c, "--queue", "default")),
+            timeout=30,
+            what="the ack while Redis is full",
+        )
+        assert c("show", "t.w", "1").returncode == 3  # gone: acknowledged
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            r.set("still", "full")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0, err.read_text()
+    finally:
+        free(r)
         c.close()
         r.close()
