@@ -128,7 +128,8 @@ class RedisServer:
             log = Path(self.dir, "server.log")
             raise RuntimeError(f"server exited: {log.read_text() if log.exists() else ''}")
         try:
-            return bool(self.client().ping())
+            with self.client() as c:  # closed: a server still loading answers PING
+                return bool(c.ping())  # with an error, over a connection left open
         except redis.RedisError:
             return False
 

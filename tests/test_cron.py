@@ -856,7 +856,8 @@ def test_short_outage_no_backlog_run_and_no_on_time_tick_skipped(
             own_server.kill()
             time.sleep(3)  # the outage under test
             own_server.start()
-        after = own_server.client().time()[0] * 1000
+        with own_server.client() as r:
+            after = r.time()[0] * 1000
         wait_for(
             lambda: len([r for r in ok_runs(cli) if r["fire_ms"] > after]) >= 4,
             timeout=40,

@@ -101,3 +101,4 @@ def test_run_loops_exit_130_on_sigint_and_0_on_sigterm(
         assert p.returncode == code, err
     finally:
         c.close()
+        r.close()
