@@ -283,7 +283,7 @@ complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'dialect' -x -a 'cron
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'ttl' -x -d 'Run-lock lease, renewed every TTL/3'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'concurrency' -x -a 'forbid allow replace' -d 'A tick while the previous run is active: skip it, run both, or stop the old one'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'misfire' -x -a 'skip run-once' -d 'Ticks missed while no runner was alive or Redis was down: record them, or fire the latest once'
-complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'starting-deadline' -x -d 'A tick later than this is not started (recorded missed)'
+complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'starting-deadline' -x -d 'A tick later than this is not started (recorded missed) [default: 5s, and at most half the gap to the next tick]'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'timeout' -x -d 'Kill the job\'s process group after this'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'jitter' -x -d 'Delay each start by a random amount up to this'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'shards' -x -d 'N shard items per tick, split among the live runners'

@@ -696,6 +696,8 @@ class Consumer:
         self._work: queue_mod.SimpleQueue[list[_Held] | None] = queue_mod.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._stopping = False
+        #: Stopped by SIGINT (Ctrl-C): ``run consumer`` then exits 130, as documented.
+        self.interrupted = False
         self._stop_reason = ""
         self._stop_logged = False
         self._grace_deadline = 0.0
@@ -724,6 +726,8 @@ class Consumer:
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running handlers get ``grace_ms`` to finish. Safe from a
         signal handler. A second call skips what is left of the grace period."""
+        if reason == "SIGINT":
+            self.interrupted = True
         if self._stopping:
             self._grace_deadline = time.monotonic()
         else:
@@ -755,7 +759,7 @@ class Consumer:
                     for qs in self.queues:  # a restart or failover: check key types again
                         qs.checked = False
                     wait_s = self._rnd.uniform(delay / 2, delay)
-                    self._log("error", f"{_one_line(exc)}; retrying in {wait_s:.1f}s")
+                    self._log("error", f"{_one_line(map_error(exc))}; retrying in {wait_s:.1f}s")
                     delay = min(RECONNECT_MAX_S, delay * 2)
                     if self._stopping and time.monotonic() >= self._grace_deadline:
                         self._abandon()

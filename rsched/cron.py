@@ -38,8 +38,14 @@ long as the old job takes to exit.
 
 The main loop never blocks on a job, never fires a tick it could not claim,
 and survives Redis outages: errors back off and retry, and ticks that passed
-meanwhile follow the misfire policy (``skip``: recorded ``missed``;
-``run-once``: the latest fired once, late, within ``--starting-deadline``).
+meanwhile follow the misfire policy. Of the ticks that passed only the latest
+may run; the ones it overtook are recorded ``missed`` (a backlog run back to
+back would make the on-time ticks after it find the run lock held: ``skipped``).
+The latest runs when on time: within 5 s (``--starting-deadline``) and within
+half the gap to the next tick, so a job shorter than half its interval never
+costs the next tick. Later than that, ``skip`` records it ``missed``;
+``run-once`` runs it once, late (within ``--starting-deadline`` when given),
+unless the next tick is due within 5 s: then that tick is the catch-up.
 
 Sharding (``--shards N``): each tick has N items; the live runners
 (heartbeat registry) split them by rank (item ``i`` goes to rank
@@ -64,6 +70,7 @@ import redis
 from rsched import cronexpr, errors, proc, systemd, validate
 from rsched.locks import DEFAULT_TTL_MS, MIN_TTL_MS, Watchdog, new_owner_id
 from rsched.runloop import TRANSIENT
+from rsched.scripts import map_error
 from rsched.timeutil import iso, parse_duration
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,8 +81,12 @@ CONCURRENCY = ("forbid", "allow", "replace")
 MISFIRE = ("skip", "run-once")
 ON_LOCK_LOST = ("kill", "continue")
 
-#: A tick claimed at most this late counts as on time (unless --starting-deadline says otherwise).
+#: A tick claimed at most this late counts as on time (unless --starting-deadline says
+#: otherwise), and at most half the gap to the next tick (see CronRunner._deadline).
 ON_TIME_MS = 5_000
+#: --misfire run-once: no catch-up run of a missed tick when the next tick is this close
+#: (that tick runs on time instead, and is the catch-up).
+CATCH_UP_FOLD_MS = 5_000
 #: Runner registry entries live this long; refreshed by every claim and by heartbeats.
 RUNNER_TTL_MS = 30_000
 #: A waiting runner talks to Redis at least this often (heartbeat + clock offset).
@@ -423,9 +434,11 @@ class CronRunner:
                 registered = False  # Redis may have restarted empty: register again
                 if self._down_since is None:
                     self._down_since = time.monotonic()
-                    self.log(
-                        f"cron {self.spec.name}: Redis unavailable ({exc}); retrying with backoff"
+                    why = map_error(exc)
+                    what = (
+                        why if isinstance(why, errors.RedisFull) else f"Redis unavailable ({exc})"
                     )
+                    self.log(f"cron {self.spec.name}: {what}; retrying with backoff")
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         self.shutdown()
@@ -474,24 +487,37 @@ class CronRunner:
         for i, t in enumerate(due):
             if self.stop.is_set():
                 return
-            last = i == len(due) - 1
-            late = now_est - t > ON_TIME_MS
-            if s.misfire == "run-once":
-                if last:
-                    mode, deadline = (
-                        "fire",
-                        s.starting_deadline_ms if s.starting_deadline_ms else -1,
-                    )
-                elif late:
-                    mode, deadline = "missed", -1
-                else:
-                    mode, deadline = "fire", max(ON_TIME_MS, s.starting_deadline_ms or 0)
+            if i < len(due) - 1:
+                # Overtaken: a later tick is due too. Only the latest may run (never
+                # a backlog back to back, whose runs would cost the on-time ticks).
+                mode, deadline = "missed", -1
             else:
-                mode, deadline = "fire", s.starting_deadline_ms or ON_TIME_MS
+                mode, deadline = "fire", self._deadline(t)
             st = self._handle(t, mode, deadline)
             if st == "early":
                 return  # our clock estimate ran ahead; it was just re-measured
             self.cursor = t
+
+    def _deadline(self, fire: int) -> int:
+        """How late (ms, by the server's clock, judged in the claim script) tick
+        ``fire`` may still start; later it is recorded ``missed``.
+
+        On time: within ``--starting-deadline`` (default ON_TIME_MS) and within
+        half the gap to the next tick, so that a job shorter than half its
+        interval never overlaps the next tick (a late run would cost it, as
+        ``skipped``). Never once the next tick is due: that one runs instead.
+        ``--misfire run-once`` also runs a later tick (a catch-up), unless the
+        next tick comes within CATCH_UP_FOLD_MS: that one is the catch-up."""
+        s = self.spec
+        gap = s.schedule.next_after(fire) - fire
+        sd = s.starting_deadline_ms
+        on_time = min(sd, gap - 1) if sd else min(ON_TIME_MS, gap // 2)
+        if s.misfire != "run-once":
+            return on_time
+        catch_up = gap - CATCH_UP_FOLD_MS
+        if sd:
+            catch_up = min(catch_up, sd)
+        return max(on_time, catch_up)
 
     def _handle(self, fire: int, mode: str, deadline: int) -> str:
         s = self.spec

@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # usage error or bad input
     NOT_FOUND = 3
     CONFLICT = 4
-    UNAVAILABLE = 69  # Redis unreachable or authentication refused
+    UNAVAILABLE = 69  # Redis unreachable, authentication refused, or out of memory
     LOCKED = 75  # lock held (exec --if-locked fail)
     CONFIG = 78
     INTERRUPTED = 130
@@ -49,6 +49,23 @@ class StaleToken(Conflict):
 
 class RedisUnavailable(RschedError):
     exit_code = ExitCode.UNAVAILABLE
+
+
+class RedisFull(RedisUnavailable):
+    """Redis refused a write: used memory is over ``maxmemory`` and the policy is
+    ``noeviction`` (the one rsched asks for). The refused command (a Lua script is
+    refused at its first write) wrote nothing. Exit 69, like an unreachable Redis:
+    nothing more can be written until memory is freed; loops wait it out."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(message or FULL_MESSAGE)
+
+
+#: What a refused write says (commands that wrote part of their work add what).
+FULL_MESSAGE = (
+    "Redis is out of memory (used memory is over maxmemory and maxmemory-policy "
+    "noeviction refuses writes): free memory or raise maxmemory"
+)
 
 
 class LockHeld(RschedError):

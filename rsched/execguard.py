@@ -40,6 +40,9 @@ IF_LOCKED = ("skip", "wait", "fail")
 ON_LOCK_LOST = ("kill", "continue")
 #: Claimed ticks are remembered at least this long (and at least 3 intervals).
 MIN_TICK_KEEP_MS = 3_600_000
+#: How long a finished run's record waits for an unreachable (or full) Redis
+#: before `exec` exits without it (a signal ends the wait at once).
+RECORD_WAIT_S = 60.0
 
 
 @dataclass
@@ -210,11 +213,23 @@ def _run_exec(
         fire_ms = rule.tick_at(now) if rule else None
         keep = rule.keep_ms(now) if rule else 0
         sent = time.monotonic()  # the lease runs from (at the latest) now
-        res = rs.scripts(
-            "exec-acquire-3",
-            [k.lock, k.fence, k.ticks],
-            [owner, ttl_ms, ident["host"], ident["pid"], -1 if fire_ms is None else fire_ms, keep],
-        )
+        try:
+            res = rs.scripts(
+                "exec-acquire-3",
+                [k.lock, k.fence, k.ticks],
+                [
+                    owner,
+                    ttl_ms,
+                    ident["host"],
+                    ident["pid"],
+                    -1 if fire_ms is None else fire_ms,
+                    keep,
+                ],
+            )
+        except errors.RedisFull as exc:
+            raise errors.RedisFull(
+                f"{exc}; lock {name!r} was not taken and the command was not run"
+            ) from exc
         status = res[0]
         if status == "ok":
             token, started_ms = int(res[2]), int(res[1])
@@ -318,7 +333,7 @@ def _run_exec(
     }
     if outcome != "ok":
         rec["error"] = result.describe()
-    _release_with_retry(rs, k.lock, k.history, k.wake, owner, rec)
+    _release_with_retry(rs, k.lock, k.history, k.wake, owner, rec, sig, warn or say)
     note = result.stderr_tail if child.popen is None else ""  # could not even start it
     return ExecOutcome(
         "ran", sig.status(result.exit_code), result=outcome, token=token, fire_ms=fire_ms, note=note
@@ -326,28 +341,61 @@ def _run_exec(
 
 
 def _release_with_retry(
-    rs: Rsched, lock_key: str, hist_key: str, wake_key: str, owner: str, rec: dict[str, Any]
-) -> None:
+    rs: Rsched,
+    lock_key: str,
+    hist_key: str,
+    wake_key: str,
+    owner: str,
+    rec: dict[str, Any],
+    sig: _Signals | None = None,
+    note: Callable[[str], None] | None = None,
+) -> bool:
+    """Release the lock and write the run's record; while Redis is unreachable (or
+    full) keep the record and try again, with backoff, for up to
+    :data:`RECORD_WAIT_S` (a signal stops the wait). True once it is written."""
+    from rsched.runloop import TRANSIENT
+    from rsched.scripts import map_error
+
     delay = 0.1
-    for _ in range(6):
+    give_up = time.monotonic() + RECORD_WAIT_S
+    pending = False
+    while True:
         try:
             rs.scripts(
                 "lock-release-3",
                 [lock_key, hist_key, wake_key],
                 [owner, rs.history_maxlen, _dumps(rec), WAKE_KEEP_MS],
             )
-            return
-        except errors.RedisUnavailable:
-            time.sleep(delay)
-            delay *= 2
+            if pending and note:
+                note(
+                    f"rsched: the record of lock {rec['name']!r}'s run is written ({rec['result']})"
+                )
+            return True
         except Exception as exc:  # noqa: BLE001
-            from rsched.scripts import map_error
-
-            if isinstance(map_error(exc), errors.RedisUnavailable):
-                time.sleep(delay)
-                delay *= 2
-                continue
-            raise
+            if not isinstance(exc, TRANSIENT) and not isinstance(
+                map_error(exc), errors.RedisUnavailable
+            ):
+                raise
+            left = give_up - time.monotonic()
+            if left <= 0 or (sig is not None and sig.got):
+                if note:
+                    note(
+                        f"rsched: warning: the record of lock {rec['name']!r}'s run "
+                        f"({rec['result']}) was not written: {map_error(exc)}"
+                    )
+                return False
+            if not pending:
+                pending = True
+                # Written late: its finish is when the command ended, not when Redis came back.
+                rec.setdefault("finished_ms", rec["started_ms"] + rec["duration_ms"])
+                if note:
+                    note(
+                        f"rsched: warning: {map_error(exc)}; keeping the record of this run "
+                        f"({rec['result']}) to write when Redis is back "
+                        f"(for up to {RECORD_WAIT_S:g}s)"
+                    )
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 2.0)
 
 
 __all__ = ["run_exec", "ExecOutcome", "OncePer", "os"]

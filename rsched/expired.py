@@ -595,6 +595,8 @@ class ExpiredRunner:
         self.stats = Stats()
         self._rnd = random.Random()
         self._stop = threading.Event()
+        #: Stopped by SIGINT (Ctrl-C): ``run expired`` then exits 130, as documented.
+        self.interrupted = False
         self._stop_reason = ""
         self._grace_deadline = 0.0
         self._wake = threading.Event()
@@ -612,6 +614,8 @@ class ExpiredRunner:
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop listening; running handlers get ``grace_ms``. A second call kills them now."""
+        if reason == "SIGINT":
+            self.interrupted = True
         if self._stop.is_set():
             self._grace_deadline = time.monotonic()
         else:
@@ -943,6 +947,12 @@ class ExpiredRunner:
                         + ("; the sweep fires armed ones" if self.backup_sweep else ""),
                     )
                     raise
+                if delay == 0.05:  # once per refused batch: say what it waits for
+                    self._log(
+                        "error",
+                        f"claim of {len(batch)} expired key(s) refused ({_one_line(map_error(exc))}); "
+                        f"retrying for up to {self.claim_window_ms / 2000.0:g}s",
+                    )
                 self._topo_kick.set()
                 time.sleep(self._rnd.uniform(delay / 2, delay))
                 delay = min(1.0, delay * 2)

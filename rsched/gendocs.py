@@ -704,7 +704,9 @@ _EXIT_TEXT: dict[int, str] = {
     "server status when no server runs.",
     ExitCode.CONFLICT: "Conflict: add --if-exists error on an existing task, unlock with a wrong "
     "token, retry of a task that is not dead, a server already running.",
-    ExitCode.UNAVAILABLE: "Redis unreachable or authentication refused.",
+    ExitCode.UNAVAILABLE: "Redis unreachable or authentication refused, or out of memory "
+    "(maxmemory reached with noeviction: the write was refused; the message says what was "
+    "not written, and add --from how many tasks were).",
     ExitCode.LOCKED: "Lock held (exec --if-locked fail, or wait past --wait-timeout).",
     ExitCode.CONFIG: "Configuration error: a bad config file, a malformed Redis URL (the message "
     "names the part: scheme, host, port, database, or a password character that must be "
@@ -712,7 +714,8 @@ _EXIT_TEXT: dict[int, str] = {
     "a key in the namespace holding "
     "another type of data, the server's notify-keyspace-events off (run expired), a missing "
     "optional dependency or permission.",
-    ExitCode.INTERRUPTED: "Interrupted (SIGINT, Ctrl-C).",
+    ExitCode.INTERRUPTED: "Interrupted (SIGINT, Ctrl-C): also the run loops and exec after "
+    "their clean stop (SIGTERM stops a run loop with 0).",
 }
 
 EXIT_BEGIN = "<!-- BEGIN EXIT CODES -->"

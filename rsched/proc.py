@@ -22,9 +22,17 @@ Each child gets ``RSCHED_GUARD=<runner nonce>.<SEQ>`` in its environment.
 When the runner's process dies, however it dies, the kernel closes the pipe
 and the guardian reads end-of-file: it SIGKILLs the process group of every
 child still running, then scans ``/proc/*/environ`` for processes carrying the
-marker of one of those children. The scan covers a child forked but not yet
-reported (a runner killed within the microseconds between ``+`` and ``=``) and
-descendants that left the group (``setsid``) but kept the environment. Then it
+marker of one of those children. The scan covers a child that exec'd but was
+not reported yet and descendants that left the group (``setsid``) but kept the
+environment. A child forked in the instant the runner died, between ``+`` and
+its exec, carries no marker yet: until its exec its ``/proc/PID/environ`` is
+the runner's own (whose sha256 the runner hands its guardian), and the pipe's end
+of-file can come before that exec (the child closes its copy of the pipe just
+before it). So when a child was still starting, the guardian also watches
+every process whose environment is the runner's, for up to
+:data:`GUARD_LATE_EXEC_S` (5 s), and kills the one that execs with a marker
+(measured: killed within a few ms of its exec). A child whose exec comes later
+than that after the runner's death runs on: the bound. Then the guardian
 exits; when nothing was running it exits at once and kills nothing.
 
 Why not ``prctl(PR_SET_PDEATHSIG)`` in the child: it needs code between fork
@@ -90,15 +98,21 @@ _GUARDIAN_SRC_ENV = "RSCHED_GUARDIAN_SOURCE"
 
 #: Seconds a write to a stalled guardian may block before it is replaced.
 GUARD_STALL_S = 5.0
+#: After the runner died, how long its guardian waits for a child that was forked
+#: but had not exec'd yet (normally well under a millisecond) to exec and be killed.
+GUARD_LATE_EXEC_S = 5.0
 
 #: The guardian (standard library only: it runs with ``python -I -S``), passed in its
 #: environment so that ``ps`` shows ``... rsched-guardian RUNNER_PID NONCE``. argv:
 #: the runner's pid and nonce; stdin: the runner's pipe. See the module doc.
 _GUARDIAN_SRC = r"""
-import os, select, signal, sys
+import hashlib, os, select, signal, sys, time
 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)
-runner, nonce = sys.argv[2], sys.argv[3].encode()
+runner, nonce, late_s = sys.argv[2], sys.argv[3].encode(), float(sys.argv[4])
+# sha256 of the runner's /proc/PID/environ: what a child it forked shows until its
+# exec (see "late" below); measured by the runner itself, which may be gone by now.
+runner_env = sys.argv[5]
 live = {}
 # Woken only by POLLHUP (the runner's pipe closed: events=0 asks for nothing else)
 # and every 100 ms to drain the pipe: not once per message.
@@ -138,23 +152,65 @@ for pgid in set(live.values()):
             pass
 want = {b"RSCHED_GUARD=" + nonce + b"." + seq for seq in live}
 me = os.getpid()
-for d in os.listdir("/proc"):
-    if not d.isdigit() or int(d) == me:
-        continue
+
+
+def environ(pid):
     try:
-        with open("/proc/" + d + "/environ", "rb") as f:
-            env = f.read()
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return f.read()
     except OSError:
-        continue
+        return None
+
+
+def runners(env):
+    return bool(runner_env) and hashlib.sha256(env).hexdigest() == runner_env
+
+
+def execing(pid):  # no environment: mid-exec, unless a kernel thread or a zombie
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state, ppid = f.read().rsplit(") ", 1)[1].split()[:2]
+    except (OSError, IndexError, ValueError):
+        return False
+    return state not in "ZX" and int(ppid) not in (0, 2)  # 2: kthreadd
+
+
+def kill_marked(pid, env):
     if not any(kv in want for kv in env.split(b"\0")):
-        continue
-    pid = int(d)
+        return
     try:
         if os.getpgid(pid) == pid:
             os.killpg(pid, signal.SIGKILL)
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+late = []  # forked by the runner, not yet exec'd: their environ is still the runner's
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == me or d == runner:
+        continue
+    env = environ(int(d))
+    if env is None:
+        continue
+    if runners(env) or env == b"" and execing(int(d)):
+        late.append(int(d))
+    else:
+        kill_marked(int(d), env)
+# A child forked in the instant the runner died ("+" came, "=" did not) gets its
+# marker only with its exec, which may come after the scan above: watch the
+# processes still showing the runner's environment until they exec (late_s at most).
+if late and 0 in live.values():
+    deadline = time.monotonic() + late_s
+    while late and time.monotonic() < deadline:
+        time.sleep(0.002)
+        for pid in list(late):
+            env = environ(pid)
+            if env == b"" or env is not None and runners(env):
+                continue  # not exec'd yet, or in the middle of it (no environment yet)
+            late.remove(pid)
+            if env is not None:
+                kill_marked(pid, env)
 try:
     sys.stderr.write(
         "rsched: runner pid %s is gone with %d child(ren) running: killed them and their "
@@ -164,6 +220,18 @@ try:
 except (OSError, ValueError):
     pass
 """
+
+
+def _environ_digest() -> str:
+    """sha256 of this process's ``/proc/self/environ`` (what a child it forks shows
+    until its exec), for the guardian; "" when it cannot be read."""
+    import hashlib
+
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return ""
 
 
 def _guard_supported() -> bool:
@@ -250,6 +318,8 @@ class _Guardian:
                     "rsched-guardian",
                     str(os.getpid()),
                     nonce,
+                    str(GUARD_LATE_EXEC_S),
+                    _environ_digest(),
                 ],
                 env,
                 file_actions=[

@@ -28,9 +28,12 @@ import redis
 from rsched.errors import RedisUnavailable
 
 #: Errors a loop (or a bulk writer) rides out by retrying: the server blinked,
-#: restarted, is loading its data, or is failing over (Sentinel or Cluster).
+#: restarted, is loading its data, is failing over (Sentinel or Cluster), or is
+#: full (``maxmemory`` reached with ``noeviction``: writes are refused until memory
+#: is freed; a refused Lua script wrote nothing, so trying it again is safe).
 TRANSIENT: tuple[type[Exception], ...] = (
-    RedisUnavailable,
+    RedisUnavailable,  # RedisFull (out of memory, mapped) is one
+    redis.exceptions.OutOfMemoryError,  # the same, from a command outside a script
     redis.ConnectionError,  # BusyLoadingError (the server loading its data) is one
     redis.TimeoutError,
     redis.exceptions.ReadOnlyError,  # a replica after a failover, until we follow it

@@ -110,6 +110,8 @@ def map_error(exc: Exception) -> Exception:
         return errors.RedisUnavailable(f"Redis unreachable: {exc}")
     if isinstance(exc, RespError):
         msg = str(exc)
+        if msg.startswith("OOM "):
+            return errors.RedisFull()
         if msg.startswith(_AUTH_REPLIES):
             return errors.RedisUnavailable(f"Redis refused authentication: {msg}")
         return _map_reply(msg, exc)
@@ -120,6 +122,8 @@ def map_error(exc: Exception) -> Exception:
         return errors.RedisUnavailable(f"Redis refused authentication: {exc}")
     if isinstance(exc, rp.ConnectionError | rp.TimeoutError):
         return errors.RedisUnavailable(f"Redis unreachable: {exc}")
+    if isinstance(exc, rp.exceptions.OutOfMemoryError):  # "OOM command not allowed ..."
+        return errors.RedisFull()
     if isinstance(exc, rp.exceptions.NoPermissionError):  # redis-py strips "NOPERM "
         return errors.ConfigError(f"the Redis user lacks a permission rsched needs: {exc}")
     if isinstance(exc, rp.ResponseError):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from rsched import keys as K
 from rsched import partitions as P
 from rsched import validate
-from rsched.errors import BadInput, Conflict, NotFound
+from rsched.errors import BadInput, Conflict, NotFound, RedisFull
 from rsched.timeutil import iso, parse_duration, parse_time
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -384,9 +384,19 @@ def add(
     want = kw.pop("partitions", None)
     spec = make_spec(task_type, task_id, **kw)
     stored = P.of_task(rs, spec.queue, spec.type, spec.id, want)
-    flat = rs.scripts("add-5", _queue_keys(rs, stored), [if_exists, "tasks", *_args(spec)])
+    what = f"task {spec.type} {spec.id} in queue {spec.queue}"
+    try:
+        flat = rs.scripts("add-5", _queue_keys(rs, stored), [if_exists, "tasks", *_args(spec)])
+    except RedisFull as exc:
+        raise RedisFull(f"{exc}; {what} was not added") from exc
     # Registered after the script succeeded, so refused input writes nothing.
-    _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, spec.queue))
+    try:
+        _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, spec.queue))
+    except RedisFull as exc:  # the task's own write took the last room
+        raise RedisFull(
+            f"{exc}; {what} was added, but its queue could not be entered in the list "
+            "of queues (`rsched queues`); adding it again keeps the task and does that"
+        ) from exc
     result = _results([spec], flat)[0]
     if result.status == "kept":
         result.task = show(rs, spec.type, spec.id, spec.queue)
@@ -440,12 +450,41 @@ def _add_calls(
     except Exception as exc:
         raise map_error(exc) from exc
     pairs = list(zip(chunks, res, strict=True))
-    for _, r in pairs:
-        if isinstance(r, Exception):
-            raise map_error(r)
+    failed = [r for _, r in pairs if isinstance(r, Exception)]
+    if failed:
+        # Each call is one Lua script: a refused one (out of memory, say) wrote
+        # nothing, the others wrote all of theirs. Say which did.
+        ok = [(c, r) for c, r in pairs if not isinstance(r, Exception)]
+        if ok:
+            try:  # best effort: Redis may refuse this write too
+                _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *counts))
+            except Exception:  # noqa: BLE001 - the error below is the one to report
+                pass
+        raise _Partial(map_error(failed[0]), ok, reply)
     # Registered after the scripts succeeded, so refused input writes nothing.
     _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *counts))
     return order, pairs
+
+
+class _Partial(Exception):
+    """Some ``add-5`` calls of one pipeline were refused (``error``), the others
+    (``ok``: chunk, reply) wrote their tasks. Never leaves this module."""
+
+    def __init__(self, error: Exception, ok: list[tuple[list[TaskSpec], Any]], reply: str):
+        super().__init__(str(error))
+        self.error, self.ok, self.reply = error, ok, reply
+
+    def counts(self) -> dict[str, int]:
+        """What the calls that went through wrote ({"added", "kept", "replaced"})."""
+        out = {"added": 0, "kept": 0, "replaced": 0}
+        for chunk, r in self.ok:
+            if self.reply == "counts":
+                for k, v in zip(("added", "kept", "replaced"), r, strict=True):
+                    out[k] += int(v)
+            else:
+                for ar in _results(chunk, r):
+                    out[ar.status] = out.get(ar.status, 0) + 1
+        return out
 
 
 def add_many(
@@ -458,7 +497,10 @@ def add_many(
 ) -> list[AddResult]:
     """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
     calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
-    order, pairs = _add_calls(rs, specs, if_exists, "tasks", batch, partitions)
+    try:
+        order, pairs = _add_calls(rs, specs, if_exists, "tasks", batch, partitions)
+    except _Partial as p:
+        raise p.error from None
     results: dict[int, AddResult] = {}
     for part, r in pairs:
         for s, ar in zip(part, _results(part, r), strict=True):
@@ -476,6 +518,16 @@ def add_counts(
 ) -> dict[str, int]:
     """:func:`add_many` for bulk loads: only ``{"added", "kept", "replaced"}`` counts
     come back (no per-task reply to build or parse)."""
+    try:
+        return _counts(rs, specs, if_exists, batch, partitions)
+    except _Partial as p:
+        raise p.error from None
+
+
+def _counts(
+    rs: Rsched, specs: Iterable[TaskSpec], if_exists: str, batch: int, partitions: int | None
+) -> dict[str, int]:
+    """:func:`add_counts`, raising :class:`_Partial` when some calls were refused."""
     _, pairs = _add_calls(rs, specs, if_exists, "counts", batch, partitions)
     counts = {"added": 0, "kept": 0, "replaced": 0}
     for _, (a, k, r) in pairs:
@@ -512,7 +564,11 @@ def add_lines(
     ``on_retry(error, seconds_left)`` is told. Writing a batch again is safe with
     ``keep`` and ``replace`` (re-adding the same task is idempotent); a task the
     lost attempt had already written then counts as kept. Never with ``error``:
-    a batch that was half written would report conflicts for its own tasks."""
+    a batch that was half written would report conflicts for its own tasks.
+    A full Redis (``maxmemory`` reached) is such an outage too: it lasts until
+    memory is freed. When the outage outlasts ``retry_s`` the error says how many
+    tasks were written, counting the calls of the last batch that went through
+    (each call of ``add-5`` is written whole or, refused, not at all)."""
     import threading
     import time
 
@@ -522,6 +578,7 @@ def add_lines(
     counts = {"added": 0, "kept": 0, "replaced": 0}
     pending: list[TaskSpec] = []
     conn: list[Rsched] = []
+    sent = [0, 0]  # tasks handed to the writer so far, and the line number of the last one
     inflight: list[tuple[threading.Thread, dict[str, Any]]] = []
 
     def wait() -> None:
@@ -529,20 +586,22 @@ def add_lines(
             return
         thread, box = inflight.pop()
         thread.join()
+        for k, v in box.get("counts", {}).items():
+            counts[k] += v
         if "error" in box:
             exc = box["error"]
-            done = sum(counts.values())
-            if isinstance(exc, TRANSIENT) and done:
+            if isinstance(exc, TRANSIENT):
                 from rsched.scripts import map_error
 
                 err = map_error(exc)
+                done = sum(counts.values())
                 raise type(err)(
-                    f"{err} ({done} tasks from earlier batches were written; "
-                    "adding them again keeps them)"
+                    f"{err}; add --from wrote {done} of the first {sent[0]} tasks (lines 1-"
+                    f"{sent[1]}: added {counts['added']}, kept {counts['kept']}, replaced "
+                    f"{counts['replaced']}) and nothing after them; adding the same lines "
+                    "again keeps what was written"
                 ) from exc
             raise exc
-        for k, v in box["counts"].items():
-            counts[k] += v
         if progress is not None:
             progress(counts)
 
@@ -553,25 +612,31 @@ def add_lines(
         delay = 0.1
         while True:
             try:
-                box["counts"] = add_counts(
-                    conn[0], specs, if_exists=if_exists, partitions=partitions
-                )
+                box["counts"] = _counts(conn[0], specs, if_exists, 1000, partitions)
                 return
+            except _Partial as p:  # some of its calls were written, then one was refused
+                box["counts"], failure = p.counts(), p.error
             except TRANSIENT as exc:
-                now = time.monotonic()
-                give_up = give_up or now + retry_s
-                if not retry or now >= give_up:
-                    box["error"] = exc
-                    return
-                if on_retry is not None:
-                    on_retry(exc, give_up - now)
-                time.sleep(min(delay, give_up - now))
-                delay = min(delay * 2, 2.0)
+                box.pop("counts", None)
+                failure = exc
             except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller
                 box["error"] = exc
                 return
+            now = time.monotonic()
+            give_up = give_up or now + retry_s
+            if not isinstance(failure, TRANSIENT) or not retry or now >= give_up:
+                box["error"] = failure
+                return
+            # Written again whole: what the failed attempt wrote then counts as kept.
+            box.pop("counts", None)
+            if on_retry is not None:
+                from rsched.scripts import map_error
 
-    def flush() -> None:
+                on_retry(map_error(failure), give_up - now)
+            time.sleep(min(delay, give_up - now))
+            delay = min(delay * 2, 2.0)
+
+    def flush(lineno: int) -> None:
         if not pending:
             return
         if not conn:
@@ -579,11 +644,14 @@ def add_lines(
         wait()
         box: dict[str, Any] = {}
         thread = threading.Thread(target=write, args=(pending[:], box), daemon=True)
+        sent[0] += len(pending)
+        sent[1] = lineno
         pending.clear()
         thread.start()
         inflight.append((thread, box))
 
     parse = spec_from_line if tz is None else functools.partial(spec_from_line, tz=tz)
+    lineno = 0
     try:
         for lineno, raw in enumerate(lines, 1):
             if not raw.strip():
@@ -601,8 +669,8 @@ def add_lines(
                     ) from None
                 raise
             if len(pending) >= batch:
-                flush()
-        flush()
+                flush(lineno)
+        flush(lineno)
     except BaseException:
         for thread, _ in inflight:  # never leave a writer running behind an error
             thread.join()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rsched.client import Rsched
-from tests.support import Cli, wait_for
+from tests.support import Cli, RedisServer, wait_for
 
 PY = sys.executable
 
@@ -289,3 +289,38 @@ def test_once_per_that_is_neither_form_names_both(cli: Cli) -> None:
     assert "--once-per" in r.stderr and "duration" in r.stderr and "cron" in r.stderr
     r = cli("run", "cron", "--schedule", "* * * * *", "--", "true", check=2)
     assert "no command after the cron's name 'true'" in r.stderr
+
+
+def test_redis_dies_during_the_job_the_record_is_written_when_it_returns(
+    own_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """Redis is kill -9'd while the command runs: the watchdog stops the command at
+    the TTL (the lease is gone for sure), `exec` keeps the run's record and writes
+    it once Redis is back (AOF restart), then exits with the command's status.
+    Today's `exec` gave up on the record after ~6 s of retries and wrote none."""
+    c = Cli(own_server, namespace, cwd=str(tmp_path))
+    pidfile = tmp_path / "job.pid"
+    err = tmp_path / "exec.err"
+    job = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    try:
+        with open(err, "w") as fh:
+            p = c.spawn("exec", "--lock", "dies", "--ttl", "1s", "--", PY, "-c", job, stderr=fh)
+        wait_for(lambda: pidfile.exists() and pidfile.read_text(), timeout=30, what="the job")
+        pid = int(pidfile.read_text())
+        t_kill = time.monotonic()
+        own_server.kill()
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30, what="the job killed")
+        wait_for(lambda: "keeping the record" in err.read_text(), timeout=30, what="pending")
+        assert p.poll() is None, err.read_text()
+        # The outage lasts longer than today's retries did (6 attempts, 6.3 s in all).
+        time.sleep(max(0.0, 8.0 - (time.monotonic() - t_kill)))
+        own_server.start()
+        assert p.wait(timeout=60) == 143, err.read_text()  # the job's SIGTERM status
+        assert "is written (lost)" in err.read_text()
+    finally:
+        c.close()
+    hist = c.json("history", "dies")
+    assert len(hist) == 1 and hist[0]["result"] == "lost", hist
+    assert hist[0]["exit_code"] == 143 and hist[0]["kind"] == "exec"
+    # Its finish is when the job ended, not when Redis came back.
+    assert hist[0]["finished_ms"] - hist[0]["started_ms"] == hist[0]["duration_ms"]

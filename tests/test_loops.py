@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import signal
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from tests.support import Cli, free_port, wait_for
+from tests.support import Cli, RedisServer, free_port, wait_for
 
 
 def _scrape(port: int) -> str:
@@ -70,3 +71,34 @@ def test_log_format_json_is_one_object_a_line(cli: Cli) -> None:
         obj = json.loads(ln)
         assert set(obj) == {"time", "level", "message"} and obj["time"].endswith("Z")
     assert any("stopped" in json.loads(ln)["message"] for ln in lines)
+
+
+@pytest.mark.parametrize("loop", ["consumer", "cron", "expired"])
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_run_loops_exit_130_on_sigint_and_0_on_sigterm(
+    own_server: RedisServer, namespace: str, tmp_path: Path, loop: str, sig: int, code: int
+) -> None:
+    """The exit-code table says 130 for an interrupt: every run loop stopped by SIGINT
+    (Ctrl-C) exits 130 after its clean stop; SIGTERM (systemd's stop) stays 0."""
+    c = Cli(own_server, namespace, cwd=str(tmp_path))
+    r = own_server.client()
+    try:
+        if loop == "consumer":
+            c("add", "--in", "1h", "t.x", "1", check=0)  # `queues` lists known queues
+            p = c.spawn("run", "consumer", "--call", "t.x=json:dumps")
+            wait_for(lambda: c.json("queues") and c.json("queues")[0]["consumers"] == 1,
+                     timeout=20, what="the consumer to register")  # fmt: skip
+        elif loop == "cron":
+            p = c.spawn("run", "cron", "sig.c", "--schedule", "@hourly", "--", "true")
+            wait_for(lambda: c.json("crons") and c.json("crons")[0]["runners"] == 1,
+                     timeout=20, what="the runner to register")  # fmt: skip
+        else:
+            p = c.spawn("run", "expired", "--pattern", "k:*", "--set-notify", "--", "true")
+            wait_for(lambda: any(int(x.get("psub", 0)) for x in r.client_list()),
+                     timeout=20, what="the subscriber")  # fmt: skip
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == code, err
+    finally:
+        c.close()
+        r.close()

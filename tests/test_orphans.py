@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -231,3 +232,98 @@ def test_guardian_off_starts_none_and_leaves_the_old_behaviour(run: Run, tmp_pat
     run.kill9(c)
     assert all(alive(p) for p in running)
     assert "is gone" not in run.err.read_text()
+
+
+#: A runner that is killed between a child's fork and its exec, the exec coming late
+#: (as on a loaded machine): rsched's own Child protocol (``+SEQ`` sent, the fork),
+#: then what _posixsubprocess does in the child (own session, the runner's descriptors
+#: closed: the guardian's pipe among them) before an exec 0.5 s later; the runner is
+#: SIGKILLed right after the fork.
+LATE_EXEC = """
+import os, signal, sys, time
+from rsched import proc
+out = sys.argv[1]
+seq, marker = proc._GUARD.begin()
+time.sleep(0.5)  # the guardian is up and has read the runner's environment
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    os.closerange(3, 1024)
+    time.sleep(0.5)
+    os.execve("/bin/sleep", ["sleep", "300"], dict(os.environ, RSCHED_GUARD=marker))
+with open(out + ".tmp", "w") as f:
+    f.write(str(pid))
+os.rename(out + ".tmp", out)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_child_forked_as_the_runner_dies_is_killed_when_it_execs(tmp_path: Path) -> None:
+    """Today's guardian scanned /proc before that exec: the child, not yet marked,
+    was missed and ran on (3 handlers ran to completion after their consumer was
+    gone in a chaos run). Now it watches processes still showing the runner's own
+    environment until they exec (GUARD_LATE_EXEC_S) and kills the marked one."""
+    out = tmp_path / "child.pid"
+    runner = subprocess.Popen(
+        [sys.executable, "-c", LATE_EXEC, str(out)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert runner.wait(timeout=30) == -signal.SIGKILL
+        child = pids_in(out)[0]
+        wait_for(lambda: not alive(child), timeout=GONE_WITHIN_S, what="the late child killed")
+        # It was killed as it exec'd (not before: its exec was what made it ours).
+        wait_for(lambda: not guardians(runner.pid), timeout=GONE_WITHIN_S, what="guardian exit")
+    finally:
+        for pid in pids_in(out):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if runner.stderr is not None:
+            runner.stderr.close()
+
+
+#: Records its pid (renamed into place) and runs on until killed.
+LONG = """
+    echo "$$" > "$PIDS_DIR/$1.tmp"
+    mv "$PIDS_DIR/$1.tmp" "$PIDS_DIR/$1"
+    exec sleep 300
+"""
+
+
+def test_kill9_at_many_points_around_spawns_no_handler_outlives_its_consumer(
+    run: Run, tmp_path: Path
+) -> None:
+    """12 consumers (concurrency 8), each kill -9'd 0-60 ms after 8 tasks were
+    added, while it claims them and spawns their handlers. Once the consumer's
+    guardian has exited (at most GUARD_LATE_EXEC_S after the kill), no handler
+    that ever started is alive."""
+    import random
+
+    long_ = script(tmp_path, "long.sh", LONG)
+    rnd = random.Random(11)
+    started = 0
+    for i in range(12):
+        c = run.spawn("run", "consumer", "--queue", f"k{i}", "--concurrency", "8",
+                      "--lease", "60s", "--handler", f"t.l={long_}")  # fmt: skip
+        run.cli("add", "--in", "1h", "--queue", f"k{i}", "t.l", "probe", check=0)
+        wait_for(
+            lambda i=i: {q["queue"]: q for q in run.cli.json("queues")}[f"k{i}"]["consumers"],
+            timeout=30,
+            what="the consumer registered",
+        )
+        lines = "".join(f'{{"type": "t.l", "id": "k{i}-{j}", "queue": "k{i}"}}\n' for j in range(8))
+        run.cli("add", "--from", "-", input=lines, check=0)
+        time.sleep(rnd.uniform(0, 0.06))  # the fault: a kill at a random point of the spawns
+        run.kill9(c)
+        wait_for(lambda c=c: not guardians(c.pid), timeout=GONE_WITHIN_S, what="guardian exit")
+        pids = [p for f in run.dir.glob(f"k{i}-*") if f.suffix != ".tmp" for p in pids_in(f)]
+        started += len(pids)
+        # SIGKILLed ones may take a moment to die on a loaded machine; a missed one
+        # runs for 300 s.
+        wait_for(
+            lambda pids=pids: not [p for p in pids if alive(p)],
+            timeout=2,
+            what=f"handlers of consumer {i} to be gone",
+        )
+    assert started, "no handler ever started: the kills came too early to test anything"

@@ -9,7 +9,7 @@ import click
 
 from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, pass_app
-from rsched.errors import BadInput, ConfigError
+from rsched.errors import BadInput, ConfigError, ExitCode
 
 
 def _pairs(values: tuple[str, ...], flag: str, form: str) -> list[tuple[str, str]]:
@@ -158,6 +158,7 @@ def consumer(
     Options left out come from the config file ([queues.Q], [handlers]).
     SIGTERM/SIGINT stop claiming and wait --grace for running handlers; a
     second signal stops at once. Unfinished tasks are released back to due.
+    Exit 0 after SIGTERM, 130 after SIGINT (Ctrl-C).
     """
     from rsched import validate
     from rsched.consumer import Consumer, _from_config, _ms, _positive_int, queue_options
@@ -210,3 +211,5 @@ def consumer(
         **kw,
     )
     c.run()
+    if c.interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
+        raise SystemExit(int(ExitCode.INTERRUPTED))

@@ -22,7 +22,7 @@ from rsched.cli.params import (
     zone_cb,
 )
 from rsched.cli.render import emit_json, record, table
-from rsched.errors import BadInput, ConfigError
+from rsched.errors import BadInput, ConfigError, ExitCode, RedisFull
 from rsched.timeutil import human_duration, local_time, parse_duration, show
 
 _CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
@@ -130,7 +130,10 @@ def exec_cmd(
 
     CMD's exit status is passed through; when the lock is held (or the tick
     already ran) it exits 0 without running CMD (75 with --if-locked fail).
-    CMD sees RSCHED_NAME, RSCHED_FIRE_AT and RSCHED_FENCING_TOKEN.
+    CMD sees RSCHED_NAME, RSCHED_FIRE_AT and RSCHED_FENCING_TOKEN. If Redis
+    cannot be reached (or is full) when CMD ends, the run's history record is
+    kept and written once Redis is back, for up to 60s (a signal stops the
+    wait); then exec exits with CMD's status.
     """
     from rsched.execguard import OncePer, run_exec
 
@@ -215,7 +218,8 @@ def exec_cmd(
     "--starting-deadline",
     "starting_deadline",
     metavar="DUR",
-    help="A tick later than this is not started (recorded missed).",
+    help="A tick later than this is not started (recorded missed) [default: 5s, and at most "
+    "half the gap to the next tick].",
 )
 @click.option("--timeout", metavar="DUR", help="Kill the job's process group after this.")
 @click.option("--jitter", metavar="DUR", help="Delay each start by a random amount up to this.")
@@ -268,7 +272,8 @@ def run_cron(
 
     Start it on as many hosts as you like; jobs see RSCHED_NAME, RSCHED_FIRE_AT,
     RSCHED_FENCING_TOKEN (and RSCHED_SHARD_INDEX / RSCHED_SHARD_TOTAL with --shards).
-    Stops cleanly on SIGTERM/SIGINT (running jobs get SIGTERM, then SIGKILL).
+    Stops cleanly on SIGTERM/SIGINT (running jobs get SIGTERM, then SIGKILL):
+    exit 0 after SIGTERM, 130 after SIGINT (Ctrl-C).
     """
     from rsched import cron
 
@@ -323,8 +328,11 @@ def run_cron(
     rs = app.rs  # connects (exit 69 when unreachable at start)
     start_loop(app, metrics_port)
     stop = threading.Event()
+    interrupted: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT:
+            interrupted.append(signum)
         if not stop.is_set():
             app.info(f"rsched: {signal.Signals(signum).name}: stopping (running jobs get SIGTERM)")
         stop.set()
@@ -341,6 +349,8 @@ def run_cron(
         )
     log = app.info if not app.quiet else (lambda _m: None)
     cron.run_runners(rs, specs, stop, log, app.debug, wait=pol)
+    if interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
+        raise SystemExit(int(ExitCode.INTERRUPTED))
 
 
 # --- locks / unlock ------------------------------------------------------------------------
@@ -524,10 +534,23 @@ def next_cmd(app: App, what: str, tz: str | None, dialect: str | None, count: in
     )
 
 
+def _full(exc: RedisFull, name: str | None, queue: str | None, verb: str) -> RedisFull:
+    """A refused pause / resume says that nothing changed."""
+    what = f'queue "{queue}"' if queue is not None else f'cron "{name}"'
+    return RedisFull(f"{exc}; {what} was not {verb} (run it again once Redis has room)")
+
+
 def _pause_resume(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
     verb = "pause" if pausing else "resume"
     if (name is None) == (queue is None):
         raise BadInput("NAME", f"give a cron NAME or --queue Q to {verb}")
+    try:
+        _switch(app, name, queue, pausing)
+    except RedisFull as exc:
+        raise _full(exc, name, queue, verb + "d") from exc
+
+
+def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
     rs = app.rs
     if queue is not None:
         from rsched import tasks

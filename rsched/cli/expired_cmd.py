@@ -7,7 +7,7 @@ import shutil
 import click
 
 from rsched.cli.main import App, pass_app
-from rsched.errors import BadInput
+from rsched.errors import BadInput, ExitCode
 
 
 @click.command("expired")
@@ -103,7 +103,7 @@ def expired(
     plus RSCHED_PATTERN, RSCHED_DB, RSCHED_FIRED_BY (event|sweep),
     RSCHED_FIRED_AT and, for armed keys, RSCHED_EXPIRE_AT and arm()'s value on
     stdin. SIGTERM/SIGINT stop listening and give running handlers 30s (a
-    second signal stops at once); exit 0.
+    second signal stops at once); exit 0 after SIGTERM, 130 after SIGINT.
     """
     from rsched.consumer import _ms, _positive_int
     from rsched.expired import DEFAULT_CLAIM_WINDOW_MS, ExpiredRunner, check_pattern
@@ -151,3 +151,5 @@ def expired(
         log=app.log,
     )
     runner.run()
+    if runner.interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: 0)
+        raise SystemExit(int(ExitCode.INTERRUPTED))

@@ -248,7 +248,7 @@ def cli(
 
     \b
     Exit codes: 0 ok, 1 failure, 2 usage error or bad input, 3 not found,
-    4 conflict, 69 Redis unreachable or auth refused, 75 lock held,
+    4 conflict, 69 Redis unreachable, auth refused or full, 75 lock held,
     78 configuration error, 130 interrupted.
     """
     ctx.obj = App(redis_url, namespace, config, "json" if json_flag else fmt, verbose, quiet)

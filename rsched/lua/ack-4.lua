@@ -16,7 +16,7 @@ local members = {}
 for i = 1, n do members[i] = ARGV[2 + (i - 1) * 3] end
 local raws = bulk('HMGET', KEYS[2], members)
 local leases = mscore(KEYS[1], members)
-local out, counts, done, del = {}, {}, {}, {}
+local out, counts, done, del, recs = {}, {}, {}, {}, {}
 local keep = tonumber(ARGV[1]) > 0
 for i = 1, n do
   local b = 2 + (i - 1) * 3
@@ -26,17 +26,20 @@ for i = 1, n do
     ok = 1
     done[m] = true
     del[#del + 1] = m
-    if h ~= '' and keep then
-      redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], '*', 'j', h)
-    end
+    if h ~= '' and keep then recs[#recs + 1] = h end
     local f = 'ok|' .. task_type(m)
     counts[f] = (counts[f] or 0) + 1
   end
   out[i] = ok
 end
+-- The deletes first: a full Redis (maxmemory, noeviction) refuses a script only at
+-- its first write that may grow memory, so an ack still goes through, and frees room.
 if #del > 0 then
   bulk('ZREM', KEYS[1], del)
   bulk('HDEL', KEYS[2], del)
+end
+for _, h in ipairs(recs) do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], '*', 'j', h)
 end
 for f, c in pairs(counts) do
   redis.call('HINCRBY', KEYS[4], f, c)

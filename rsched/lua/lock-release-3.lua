@@ -7,7 +7,8 @@
 -- ARGV[1] owner    string, the caller's owner id
 -- ARGV[2] maxlen   integer, history cap (0 = no record)
 -- ARGV[3] record   JSON object text, the execution record ("" = none);
---                  its finished_ms is set here from the server clock
+--                  its finished_ms is set here from the server clock unless it
+--                  has one (a record written late, after an outage)
 -- ARGV[4] keep     integer ms, how long an unclaimed wake-up stays (for a waiter
 --                  between its failed try and its BLPOP)
 -- Returns {released 1|0, now}.
@@ -24,7 +25,7 @@ if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
 end
 if ARGV[3] ~= '' then
   local rec = cjson.decode(ARGV[3])
-  rec['finished_ms'] = now
+  if rec['finished_ms'] == nil then rec['finished_ms'] = now end
   history(KEYS[2], ARGV[2], rec)
 end
 return {released, now}
