@@ -200,29 +200,26 @@ def _connect_cluster(settings: Settings, url: str, kwargs: dict[str, Any], check
         # node itself, as a plain client, so that `doctor` can say so; every keyed
         # command is refused by the node (CLUSTERDOWN) as with newer redis-py.
         plain = redis.Redis.from_url(url, **{k: v for k, v in kwargs.items() if k != "db"})
-        if check:
-            try:
-                plain.ping()
-            except redis.RedisError as exc:
-                err = map_error(exc)
-                raise RedisUnavailable(
-                    f"cannot use Redis Cluster at {settings.safe_url}: {_short(err)}"
-                ) from None
-        return plain
+        return _pinged(plain, settings) if check else plain
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         err = map_error(exc)
         raise RedisUnavailable(
             f"cannot use Redis Cluster at {settings.safe_url}: {_short(err)}"
         ) from None
     client._rsched_clone_kwargs = (url, kw)  # for cluster_clone()
-    if check:
-        try:
-            client.ping()
-        except redis.RedisError as exc:
-            err = map_error(exc)
-            raise RedisUnavailable(
-                f"cannot use Redis Cluster at {settings.safe_url}: {_short(err)}"
-            ) from None
+    return _pinged(client, settings) if check else client
+
+
+def _pinged(client: Any, settings: Settings) -> Any:
+    """``client`` once a PING went through; else RedisUnavailable naming the cluster."""
+    import redis
+
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise RedisUnavailable(
+            f"cannot use Redis Cluster at {settings.safe_url}: {_short(map_error(exc))}"
+        ) from None
     return client
 
 
