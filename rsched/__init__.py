@@ -19,12 +19,12 @@ __version__ = "0.1.0"
 __all__ = ["Rsched", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rsched.client import Rsched
+    from rsched.api import Rsched
 
 _LAZY = {
-    "Rsched": ("rsched.client", "Rsched"),
-    "Consumer": ("rsched.consumer", "Consumer"),
-    "Lock": ("rsched.locks", "Lock"),
+    "Rsched": ("rsched.api", "Rsched"),
+    "Consumer": ("rsched.consumer.loop", "Consumer"),
+    "Lock": ("rsched.locks.lock", "Lock"),
 }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rsched.client import Rsched
+from rsched.api import Rsched
 from tests.support import Cli, RedisServer
 
 _counter = itertools.count()

@@ -32,7 +32,7 @@ def server_binary(flavour: str | None = None) -> str:
             return found
         if flavour == "redis":
             raise RuntimeError("redis-server not on PATH")
-    from rsched.server import find_valkey  # the same lookup `rsched server` uses
+    from rsched.tools.server import find_valkey  # the same lookup `rsched server` uses
 
     path = find_valkey()
     if not path:

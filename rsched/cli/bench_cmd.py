@@ -7,8 +7,8 @@ import click
 from rsched.cli import render
 from rsched.cli.main import App, output_options, pass_app
 from rsched.cli.params import AsciiIntRange
-from rsched.config import Settings
-from rsched.errors import BadInput
+from rsched.core.config import Settings
+from rsched.core.errors import BadInput
 
 
 def settings_for(app: App, redis_url: str | None) -> Settings:
@@ -16,7 +16,7 @@ def settings_for(app: App, redis_url: str | None) -> Settings:
     of the global one: resolved as the global option would be (env, config file)."""
     if redis_url is None:
         return app.settings
-    from rsched.config import resolve
+    from rsched.core.config import resolve
 
     root = click.get_current_context().find_root().params
     return resolve(redis_url, root.get("namespace"), root.get("config"))
@@ -97,8 +97,8 @@ def bench(
       rsched --redis-url redis://cache:6379/0 bench --quick --json
       rsched bench --redis-url redis+cluster://node1:6379 --quick --partitions 6
     """
-    from rsched import bench as B
-    from rsched import validate
+    from rsched.core import validate
+    from rsched.tools import bench as B
 
     params = B.Params.quick() if quick else B.Params()
     if repeat is not None:
@@ -112,7 +112,7 @@ def bench(
     if bench_ns is not None:
         validate.name(bench_ns, "--namespace")
     if partitions is not None:
-        from rsched.partitions import check_count
+        from rsched.queue.queues import check_count
 
         params.partitions = check_count(partitions)
     report = B.run(

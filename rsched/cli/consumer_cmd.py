@@ -1,4 +1,4 @@
-"""`rsched run consumer`: parse and validate, then hand over to rsched.consumer."""
+"""`rsched run consumer`: parse and validate, then hand over to rsched.consumer.loop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 
 from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, pass_app
-from rsched.errors import BadInput, ConfigError, ExitCode
+from rsched.core.errors import BadInput, ConfigError, ExitCode
 
 
 def _pairs(values: tuple[str, ...], flag: str, form: str) -> list[tuple[str, str]]:
@@ -30,7 +30,7 @@ def build_handlers(
 ) -> Any:
     """Config ``[handlers]`` first, then ``--handler`` / ``--call`` (flags win per TYPE).
     ``id_arg``: for command handlers that do not set their own (``--id-arg``)."""
-    from rsched.consumer import (
+    from rsched.consumer.loop import (
         CommandHandler,
         HandlerTable,
         _check_pattern,
@@ -160,8 +160,8 @@ def consumer(
     second signal stops at once. Unfinished tasks are released back to due.
     Exit 0 after SIGTERM, 130 after SIGINT (Ctrl-C).
     """
-    from rsched import validate
-    from rsched.consumer import Consumer, _from_config, _ms, _positive_int, queue_options
+    from rsched.consumer.loop import Consumer, _from_config, _ms, _positive_int, queue_options
+    from rsched.core import validate
 
     names = list(queues) or ["default"]
     for q in names:
@@ -177,7 +177,7 @@ def consumer(
     if concurrency is not None:
         kw["concurrency"] = _positive_int(concurrency, "--concurrency", 1024)
     if partitions is not None:
-        from rsched.partitions import check_count
+        from rsched.queue.queues import check_count
 
         kw["partitions"] = check_count(partitions)
     if max_attempts is not None:

@@ -22,8 +22,8 @@ from rsched.cli.params import (
     zone_cb,
 )
 from rsched.cli.render import emit_json, record, table
-from rsched.errors import BadInput, ConfigError, ExitCode, RedisFull
-from rsched.timeutil import human_duration, local_time, parse_duration, show
+from rsched.core.errors import BadInput, ConfigError, ExitCode, RedisFull
+from rsched.core.timeutil import human_duration, local_time, parse_duration, show
 
 _CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
 
@@ -135,7 +135,7 @@ def exec_cmd(
     kept and written once Redis is back, for up to 60s (a signal stops the
     wait); then exec exits with CMD's status.
     """
-    from rsched.execguard import OncePer, run_exec
+    from rsched.locks.exec import OncePer, run_exec
 
     if not command:
         raise BadInput(
@@ -275,7 +275,7 @@ def run_cron(
     Stops cleanly on SIGTERM/SIGINT (running jobs get SIGTERM, then SIGKILL):
     exit 0 after SIGTERM, 130 after SIGINT (Ctrl-C).
     """
-    from rsched import cron
+    from rsched.cron import runner as cron
 
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     check_metrics_port(metrics_port)
@@ -363,7 +363,7 @@ def locks(app: App, pattern: str | None) -> None:
 
     PATTERN is a glob on the name (`backup*`). Uses SCAN, never KEYS.
     """
-    from rsched.locks import list_locks
+    from rsched.locks.lock import list_locks
 
     rows = list_locks(app.rs, pattern)
     table(
@@ -398,8 +398,8 @@ def unlock(app: App, name: str, token: str | None, force: bool) -> None:
 
     With --json: {"name": NAME, "released": true, "token": N} (the released fencing token).
     """
-    from rsched.errors import Conflict, NotFound
-    from rsched.locks import unlock as do_unlock
+    from rsched.core.errors import Conflict, NotFound
+    from rsched.locks.lock import unlock as do_unlock
 
     if token and force:
         raise BadInput("--force", "give either --token or --force, not both")
@@ -427,7 +427,7 @@ def unlock(app: App, name: str, token: str | None, force: bool) -> None:
 @pass_app
 def crons(app: App) -> None:
     """Crons: schedule, time zone, next fire, last fire (when, result, host), live runners, paused."""
-    from rsched.cron import list_crons
+    from rsched.cron.runner import list_crons
 
     rs = app.rs
     rows = list_crons(rs)
@@ -484,9 +484,9 @@ def next_cmd(app: App, what: str, tz: str | None, dialect: str | None, count: in
     """
     import time
 
-    from rsched import cronexpr
-    from rsched.errors import NotFound
-    from rsched.timeutil import iso, local_parts
+    from rsched.core import cronexpr
+    from rsched.core.errors import NotFound
+    from rsched.core.timeutil import iso, local_parts
 
     if not 1 <= count <= 1000:
         raise BadInput("-n", f"{count} is not 1-1000 (how many ticks to show)")
@@ -496,7 +496,7 @@ def next_cmd(app: App, what: str, tz: str | None, dialect: str | None, count: in
         if isinstance(cfg, dict) and cfg.get("schedule"):
             expr, ztz, zd = cfg["schedule"], cfg.get("tz", "UTC"), cfg.get("dialect")
         else:
-            from rsched.validate import name as check_name
+            from rsched.core.validate import name as check_name
 
             check_name(what, "NAME")
             st = app.rs.redis.hgetall(app.rs.keys.cron(what).state)
@@ -553,7 +553,7 @@ def _pause_resume(app: App, name: str | None, queue: str | None, pausing: bool) 
 def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
     rs = app.rs
     if queue is not None:
-        from rsched import tasks
+        from rsched.queue import ops as tasks
 
         if pausing:
             known = tasks.pause(rs, queue)
@@ -566,7 +566,7 @@ def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> Non
             obj = {"queue": queue, "paused": False, "was_paused": was}
             note = f'queue "{queue}" resumed' if was else f'queue "{queue}" was not paused'
     else:
-        from rsched import cron
+        from rsched.cron import runner as cron
 
         assert name is not None
         if pausing:
@@ -636,7 +636,7 @@ def history(app: App, name: str | None, queue: str | None, failed: bool, limit: 
     RESULT: ok, failed, timeout, lost, skipped, missed, or cancelled (a task
     removed by `rsched cancel` while its handler ran).
     """
-    from rsched import history as hist
+    from rsched.tools import history as hist
 
     if name and queue:
         raise BadInput("--queue", "give NAME or --queue, not both")

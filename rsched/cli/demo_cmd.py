@@ -7,7 +7,7 @@ import click
 from rsched.cli import render
 from rsched.cli.main import App, output_options, pass_app
 from rsched.cli.params import AsciiIntRange
-from rsched.errors import RschedError
+from rsched.core.errors import RschedError
 
 
 @click.command()
@@ -68,12 +68,12 @@ def demo(
       rsched demo
       rsched demo --redis-url redis://node1:7000 --partitions 3
     """
-    from rsched import demo as d
     from rsched.cli.bench_cmd import settings_for
+    from rsched.tools import demo as d
 
     n_parts = 1
     if partitions is not None:
-        from rsched.partitions import check_count
+        from rsched.queue.queues import check_count
 
         n_parts = check_count(partitions)
     root = click.get_current_context().find_root().params

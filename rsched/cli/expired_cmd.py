@@ -1,4 +1,4 @@
-"""`rsched run expired`: parse and validate, then hand over to rsched.expired."""
+"""`rsched run expired`: parse and validate, then hand over to rsched.expired.runner."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 import click
 
 from rsched.cli.main import App, pass_app
-from rsched.errors import BadInput, ExitCode
+from rsched.core.errors import BadInput, ExitCode
 
 
 @click.command("expired")
@@ -105,9 +105,9 @@ def expired(
     stdin. SIGTERM/SIGINT stop listening and give running handlers 30s (a
     second signal stops at once); exit 0 after SIGTERM, 130 after SIGINT.
     """
-    from rsched.consumer import _ms, _positive_int
-    from rsched.expired import DEFAULT_CLAIM_WINDOW_MS, ExpiredRunner, check_pattern
-    from rsched.proc import split_command
+    from rsched.consumer.loop import _ms, _positive_int
+    from rsched.expired.runner import DEFAULT_CLAIM_WINDOW_MS, ExpiredRunner, check_pattern
+    from rsched.runtime.proc import split_command
 
     if not pattern:
         raise BadInput("--pattern", "is required, like --pattern 'order:timeout:*'")

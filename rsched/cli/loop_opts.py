@@ -9,7 +9,7 @@ import click
 
 from rsched.cli.main import App
 from rsched.cli.params import ASCII_INT
-from rsched.errors import BadInput
+from rsched.core.errors import BadInput
 
 
 def _set_log_format(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
@@ -47,14 +47,14 @@ def start_loop(app: App, metrics_port: int | None) -> None:
     """Log the startup warnings (eviction, persistence, clock) and start the metrics server."""
     rs = app.rs
     try:
-        from rsched.doctor import startup_warnings
+        from rsched.tools.doctor import startup_warnings
 
         for line in startup_warnings(rs.redis):
             app.info(f"rsched: {line}")
     except Exception as exc:  # noqa: BLE001 - a check that cannot run must not stop the loop
         app.debug(f"rsched: startup checks could not run: {exc}")
     if metrics_port is not None:
-        from rsched.metrics import serve
+        from rsched.tools.metrics import serve
 
         try:
             serve(rs, metrics_port)

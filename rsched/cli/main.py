@@ -13,11 +13,11 @@ import click
 
 from rsched import __version__
 from rsched.cli.params import AsciiIntRange
-from rsched.errors import ExitCode, RschedError
+from rsched.core.errors import ExitCode, RschedError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rsched.client import Rsched
-    from rsched.config import Settings
+    from rsched.api import Rsched
+    from rsched.core.config import Settings
 
 FORMATS = ("table", "plain", "json")
 
@@ -91,13 +91,13 @@ class App:
 
     @cached_property
     def settings(self) -> Settings:
-        from rsched.config import resolve
+        from rsched.core.config import resolve
 
         return resolve(self._redis_url, self._namespace, self._config)
 
     @cached_property
     def rs(self) -> Rsched:
-        from rsched.client import Rsched
+        from rsched.api import Rsched
 
         return Rsched.from_settings(self.settings)
 
@@ -114,7 +114,7 @@ class App:
             import json
             import time
 
-            from rsched.timeutil import iso
+            from rsched.core.timeutil import iso
 
             text = message[len("rsched: ") :] if message.startswith("rsched: ") else message
             message = json.dumps(
@@ -167,7 +167,7 @@ def output_options(f: Any) -> Any:
 
 def wait_replicas_options(f: Any) -> Any:
     """``--wait-replicas N`` / ``--wait-replicas-timeout DUR`` (defaults: ``[redis]
-    wait_replicas`` / ``wait_replicas_timeout``); see :mod:`rsched.replication`."""
+    wait_replicas`` / ``wait_replicas_timeout``); see :mod:`rsched.core.replication`."""
     f = click.option(
         "--wait-replicas-timeout",
         "wait_replicas_timeout",
@@ -186,9 +186,9 @@ def wait_replicas_options(f: Any) -> Any:
 
 
 def wait_policy(app: App, replicas: int | None, timeout: str | None) -> Any:
-    """The :class:`rsched.replication.WaitPolicy` of the options above (checked before connecting)."""
-    from rsched import replication
-    from rsched.timeutil import parse_duration
+    """The :class:`rsched.core.replication.WaitPolicy` of the options above (checked before connecting)."""
+    from rsched.core import replication
+    from rsched.core.timeutil import parse_duration
 
     s = app.settings
     return replication.WaitPolicy(
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         os.dup2(devnull, sys.stdout.fileno())
         rc = ExitCode.OK
     except Exception as exc:  # the one place library errors become exit codes
-        from rsched.scripts import map_error
+        from rsched.core.errors import map_error
 
         err = map_error(exc)
         if verbose:

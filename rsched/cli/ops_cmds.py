@@ -11,7 +11,7 @@ import click
 from rsched.cli.main import App, output_options, pass_app
 from rsched.cli.params import AsciiIntRange
 from rsched.cli.render import record
-from rsched.errors import ConfigError, ExitCode, NotFound
+from rsched.core.errors import ConfigError, ExitCode, NotFound
 
 # --- server -------------------------------------------------------------------
 
@@ -85,7 +85,7 @@ def _show_instance(app: App, inst: Any, note: str) -> None:
 def _start(
     app: App, dir_: str | None, port: int, daemon: bool, password_file: str | None, flavour: str
 ) -> None:
-    from rsched import server
+    from rsched.tools import server
 
     password = _password(password_file)
     if daemon:
@@ -161,7 +161,7 @@ def server_stop(app: App, dir_: str | None) -> None:
 
     With --json: {"stopped": BOOL, "pid": N or null}.
     """
-    from rsched import server as srv
+    from rsched.tools import server as srv
 
     pid = srv.stop(dir_)
     if app.json:
@@ -176,7 +176,7 @@ def server_stop(app: App, dir_: str | None) -> None:
 @pass_app
 def server_status(app: App, dir_: str | None) -> None:
     """Show whether the server of DIR runs, its pid and URL. Exit 3 when it is not running."""
-    from rsched import server as srv
+    from rsched.tools import server as srv
 
     d = Path(dir_).expanduser().absolute() if dir_ else srv.default_dir()
     inst = srv.load(d, _password(None))
@@ -217,7 +217,7 @@ def doctor(app: App) -> None:
     Exit 1 on any FAIL, 69 when Redis is unreachable.
     """
     from rsched.cli.render import emit_json
-    from rsched.doctor import FAIL, run_checks
+    from rsched.tools.doctor import FAIL, run_checks
 
     checks = run_checks(app.rs)
     if app.json:
@@ -273,8 +273,8 @@ def metrics(app: App, output: str | None) -> None:
     only rsched_up 0, and the exit status is 69: a textfile collector never
     keeps serving the last good values as if rsched were up.
     """
-    from rsched import metrics as m
     from rsched.cli.render import dumps
+    from rsched.tools import metrics as m
 
     try:
         text = dumps(m.samples(app.rs)) + "\n" if app.json else m.exposition(app.rs)

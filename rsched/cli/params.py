@@ -5,8 +5,8 @@ connects to Redis, whatever the command's body does first.
 - :data:`ASCII_INT` / :class:`AsciiIntRange`: click's ``int`` accepts any
   Unicode digit (``int('١') == 1``); rsched takes ASCII digits only, as it does
   in durations.
-- :func:`checked`: a callback that runs one of :mod:`rsched.validate`'s (or
-  :mod:`rsched.timeutil`'s) checks on a value that was given.
+- :func:`checked`: a callback that runs one of :mod:`rsched.core.validate`'s (or
+  :mod:`rsched.core.timeutil`'s) checks on a value that was given.
 """
 
 from __future__ import annotations
@@ -68,19 +68,19 @@ def checked(check: Callable[..., Any], field: str) -> Callable[[click.Context, A
 
 
 def _zone(value: str, field: str) -> None:
-    from rsched.timeutil import zone
+    from rsched.core.timeutil import zone
 
     zone(value, field)
 
 
 def _name(value: str, field: str) -> None:
-    from rsched import validate
+    from rsched.core import validate
 
     validate.name(value, field)
 
 
 def _token(value: str, field: str) -> None:
-    from rsched.errors import BadInput
+    from rsched.core.errors import BadInput
 
     if not (value.isascii() and value.isdigit()):
         raise BadInput(
@@ -89,7 +89,7 @@ def _token(value: str, field: str) -> None:
 
 
 def _not_blank(value: str, field: str) -> None:
-    from rsched.errors import BadInput
+    from rsched.core.errors import BadInput
 
     if not value.strip():
         raise BadInput(

@@ -9,7 +9,7 @@ import click
 from rsched.cli import render
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.cli.params import AsciiIntRange, queue_cb, zone_cb
-from rsched.errors import BadInput
+from rsched.core.errors import BadInput
 
 queue_option = click.option(
     "--queue", "queue", default="default", show_default=True, metavar="Q", help="Queue name."
@@ -17,7 +17,7 @@ queue_option = click.option(
 
 
 def _task_columns(now: int) -> list[render.Column]:
-    from rsched.timeutil import show
+    from rsched.core.timeutil import show
 
     return [
         ("TYPE", lambda t: t.type),
@@ -34,7 +34,7 @@ def _task_columns(now: int) -> list[render.Column]:
 
 
 def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = None) -> None:
-    from rsched.timeutil import show
+    from rsched.core.timeutil import show
 
     obj = {**(extra or {}), **task.to_json()}
     if app.fmt == "json":
@@ -158,18 +158,18 @@ def add(
     count as kept. If the outage lasts longer the command exits 69, saying how
     many tasks were written; running it again keeps those.
     """
-    from rsched import tasks
+    from rsched.queue import ops as tasks
 
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     n_parts = None
     if partitions is not None:
-        from rsched.partitions import check_count
+        from rsched.queue.queues import check_count
 
         n_parts = check_count(partitions)
     if from_file is not None:
         if task_type or task_id:
             raise BadInput("--from", "give either TYPE ID or --from FILE, not both")
-        from rsched.timeutil import parse_duration
+        from rsched.core.timeutil import parse_duration
 
         retry_ms = 0 if retry_for.strip() == "0" else parse_duration(retry_for, "--retry-for")
         _add_from(app, from_file, if_exists, pol, n_parts, retry_ms / 1000, tz)
@@ -198,7 +198,7 @@ def add(
     now = rs.now_ms()
     extra: dict[str, Any] = {"status": res.status}
     if pol:
-        from rsched.partitions import of_task
+        from rsched.queue.queues import of_task
 
         written = rs.keys.queue(of_task(rs, queue, task_type, task_id)).tasks
         extra["replicas_acked"] = _wait(rs, pol, [written])
@@ -211,14 +211,14 @@ def add(
 
 
 def _wait(rs: Any, pol: Any, keys: list[str] | None = None) -> int:
-    from rsched import replication
+    from rsched.core import replication
 
     return replication.wait(rs.redis, pol, keys)
 
 
 def _short(pol: Any, acked: int | None, what: str) -> None:
     """Exit 1 (after the output) when fewer replicas than asked acknowledged the write."""
-    from rsched import replication
+    from rsched.core import replication
 
     if acked is None:
         return
@@ -228,10 +228,10 @@ def _short(pol: Any, acked: int | None, what: str) -> None:
 
 
 def _oneshot(app: App) -> Any:
-    """A connection for one add: the small client of rsched.resp where it can serve
+    """A connection for one add: the small client of rsched.core.resp where it can serve
     (redis-py's import alone would double the command's start-up time)."""
-    from rsched.client import Rsched
-    from rsched.conn import connect_oneshot
+    from rsched.api import Rsched
+    from rsched.core.conn import connect_oneshot
 
     s = app.settings
     return Rsched(connect_oneshot(s), s.namespace, settings=s)
@@ -246,7 +246,7 @@ def _add_from(
     retry_s: float = 0.0,
     tz: str | None = None,
 ) -> None:
-    from rsched import tasks
+    from rsched.queue import ops as tasks
 
     progress = None
     on_batch = None
@@ -314,7 +314,8 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
     --grace, at most 10s; a Python handler sees task.cancelled), its result
     does not count, and the run is recorded `cancelled` in the history.
     """
-    from rsched import tasks, validate
+    from rsched.core import validate
+    from rsched.queue import ops as tasks
 
     validate.task_type(task_type)
     validate.task_id(task_id)
@@ -350,7 +351,8 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
 @pass_app
 def list_cmd(app: App, queue: str, state: str, task_type: str | None, limit: int) -> None:
     """Tasks of a queue, soonest first (read page by page, never the whole queue)."""
-    from rsched import tasks, validate
+    from rsched.core import validate
+    from rsched.queue import ops as tasks
 
     validate.queue(queue)
     if task_type is not None:
@@ -374,7 +376,8 @@ def list_cmd(app: App, queue: str, state: str, task_type: str | None, limit: int
 @pass_app
 def show(app: App, task_type: str, task_id: str, queue: str) -> None:
     """One task: state, due time, attempts, payload, last error (exit 3 if absent)."""
-    from rsched import tasks, validate
+    from rsched.core import validate
+    from rsched.queue import ops as tasks
 
     validate.task_type(task_type)
     validate.task_id(task_id)
@@ -394,8 +397,8 @@ def queues(app: App) -> None:
     type; with no live consumer, every due task), with the age of the oldest
     and the types. With --json: unrunnable, unrunnable_lag_ms, unrunnable_types.
     """
-    from rsched import tasks
-    from rsched.timeutil import human_duration, show
+    from rsched.core.timeutil import human_duration, show
+    from rsched.queue import ops as tasks
 
     rs = app.rs
     rows = tasks.queue_stats(rs)
@@ -417,7 +420,7 @@ def queues(app: App) -> None:
 
 def _unrunnable(s: Any) -> str | None:
     """``3 (5m 2s: report.send)``, or None when every due task has a live consumer."""
-    from rsched.timeutil import human_duration
+    from rsched.core.timeutil import human_duration
 
     if not s.unrunnable:
         return None
@@ -436,7 +439,8 @@ def requeue_stale(app: App, queue: str | None, dry_run: bool) -> None:
     Running consumers do this on their own; this is the same operation on
     demand, safe to run from cron at any time.
     """
-    from rsched import tasks, validate
+    from rsched.core import validate
+    from rsched.queue import ops as tasks
 
     if queue is not None:
         validate.queue(queue)
@@ -469,7 +473,7 @@ def requeue_stale(app: App, queue: str | None, dry_run: bool) -> None:
 @pass_app
 def dead(app: App, queue: str | None, limit: int) -> None:
     """Dead-lettered tasks, most recent first, with their last error."""
-    from rsched import tasks
+    from rsched.queue import ops as tasks
 
     rs = app.rs
     rows = tasks.dead_tasks(rs, queue, limit)
@@ -498,7 +502,8 @@ def retry(
     app: App, task_type: str | None, task_id: str | None, queue: str | None, all_: bool
 ) -> None:
     """Move a dead task (or --all) back to due, attempts reset."""
-    from rsched import tasks, validate
+    from rsched.core import validate
+    from rsched.queue import ops as tasks
 
     if all_ == bool(task_type or task_id):
         raise BadInput("TYPE ID", "give TYPE ID or --all")
@@ -531,8 +536,9 @@ def retry(
 @pass_app
 def purge(app: App, dead_: bool, older_than: str | None, queue: str | None) -> None:
     """Delete dead tasks for good."""
-    from rsched import tasks, validate
-    from rsched.timeutil import parse_duration
+    from rsched.core import validate
+    from rsched.core.timeutil import parse_duration
+    from rsched.queue import ops as tasks
 
     if not dead_:
         raise BadInput("--dead", "purge only deletes dead tasks; say --dead")

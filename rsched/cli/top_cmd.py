@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rsched.cli.main import App, output_options, pass_app
-from rsched.errors import BadInput
-from rsched.timeutil import human_duration, parse_duration
+from rsched.core.errors import BadInput
+from rsched.core.timeutil import human_duration, parse_duration
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
-    from rsched.client import Rsched
-    from rsched.top import Snapshot
+    from rsched.api import Rsched
+    from rsched.tools.top import Snapshot
 
 #: A refresh that has not answered for this long shows a banner (it may be frozen).
 SLOW_MS = 3_000
@@ -57,9 +57,8 @@ class _Collector(threading.Thread):
             return _State(s.snap, s.local_at, s.error, s.error_since, s.fetch_started)
 
     def run(self) -> None:
-        from rsched.errors import RedisUnavailable
-        from rsched.scripts import map_error
-        from rsched.top import collect
+        from rsched.core.errors import RedisUnavailable, map_error
+        from rsched.tools.top import collect
 
         while not self.stop.wait(self.interval_s):
             with self.lock:
@@ -98,7 +97,7 @@ def _banner(st: _State, now: float) -> str | None:
 
 
 def _frame(st: _State, console: Console, title: str, interval_ms: int) -> Any:
-    from rsched.top import render
+    from rsched.tools.top import render
 
     mono = time.monotonic()
     now_ms = st.snap.now_ms + int((mono - st.local_at) * 1000)
@@ -245,7 +244,7 @@ def top(app: App, interval: str, once: bool) -> None:
     """
     from rich.console import Console
 
-    from rsched.top import collect, dumps, render
+    from rsched.tools.top import collect, dumps, render
 
     interval_ms = parse_duration(interval, "--interval")
     if interval_ms < 100:

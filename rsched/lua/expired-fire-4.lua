@@ -6,7 +6,7 @@
 -- the sweep, whichever comes first. A key that was never armed (set with PX
 -- by other code) is claimed with SET NX PX on KEYS[4]: the first subscriber
 -- within the claim window wins; the window also makes a second expiry of the
--- same key within it look like a duplicate (see rsched/expired.py).
+-- same key within it look like a duplicate (see rsched/expired/runner.py).
 -- Every firing (re)sets KEYS[4], so a late event after a sweep firing, or
 -- after another subscriber's, is recognised as a duplicate.
 --

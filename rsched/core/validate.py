@@ -1,0 +1,94 @@
+"""Checks of user input; each failure names the field and the accepted form."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rsched.core.errors import BadInput
+
+NAME_RULE = "1-128 characters from A-Z a-z 0-9 _ . -"
+TYPE_RULE = "1-128 characters from A-Z a-z 0-9 _ . : -"
+ID_RULE = "1-256 printable characters without whitespace"
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_DIGITS = re.compile(r"[0-9]{1,9}")
+
+#: Largest payload accepted, in bytes of its compact JSON (documented in the README).
+MAX_PAYLOAD_BYTES = 1_048_576
+MAX_ATTEMPTS_LIMIT = 1000
+
+
+def name(value: str, field: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise BadInput(field, f"{value!r} is not a valid name ({NAME_RULE})")
+    return value
+
+
+def queue(value: str, field: str = "--queue") -> str:
+    return name(value, field)
+
+
+def task_type(value: str, field: str = "TYPE") -> str:
+    if not isinstance(value, str) or not _TYPE.fullmatch(value):
+        raise BadInput(field, f"{value!r} is not a valid task type ({TYPE_RULE})")
+    return value
+
+
+def task_id(value: str, field: str = "ID") -> str:
+    ok = (
+        isinstance(value, str)
+        and 1 <= len(value) <= 256
+        and value.isprintable()
+        and not any(c.isspace() for c in value)
+    )
+    if not ok:
+        raise BadInput(field, f"{value!r} is not a valid task ID ({ID_RULE})")
+    return value
+
+
+def max_attempts(value: Any, field: str = "--max-attempts") -> int:
+    """An int, or a string of ASCII digits (the flag's text; int() alone would also
+    take "+3", "1_0" and other scripts' digits)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
+    if isinstance(value, str) and not _DIGITS.fullmatch(value.strip()):
+        raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
+    n = int(value)
+    if not 1 <= n <= MAX_ATTEMPTS_LIMIT:
+        raise BadInput(field, f"{value!r} is not a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
+    return n
+
+
+def payload_text(text: str | bytes, field: str = "--payload") -> str:
+    """Validate JSON text and return it in compact form."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInput(field, "is not valid UTF-8 (the payload must be UTF-8 JSON)") from None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise BadInput(field, f"is not valid JSON ({exc})") from None
+    return payload_value(value, field)
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def payload_value(value: Any, field: str = "payload") -> str:
+    """Serialize a Python value as the stored payload (compact JSON)."""
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(field, f"cannot be stored as JSON ({exc})") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadInput(field, "is not valid UTF-8 (lone surrogate)") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise BadInput(field, f"is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes of JSON")
+    return text

@@ -1,0 +1,1 @@
+"""`rsched run cron`: a cron job fired once per tick across runners."""

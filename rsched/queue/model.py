@@ -1,0 +1,120 @@
+"""What a queue holds and answers: Task, TaskSpec (one task to add), AddResult,
+QueueStats. Plain values: no Redis I/O here.
+
+A task is identified by (queue, TYPE, ID). Its record, stored in the queue's
+``tasks`` hash under the member ``"TYPE ID"``, is a JSON array with its
+trailing defaults left out (``rsched/lua/_record.lua`` reads and writes it)::
+
+    [payload_json_text, attempts=0, max_attempts=0 (0 = consumer default),
+     claim_token="", last_error="", due_ms]
+
+A task that was never claimed is stored as ``[payload]`` (``[payload,0,N]``
+with its own max attempts): its due time is its score in the ``sched`` set,
+and the first claim writes ``due_ms`` into the record. Records written by
+earlier versions (a seventh entry, ``created_ms``) are read the same way; the
+reverse is not true (an earlier consumer cannot claim ``[payload]``), so
+upgrade consumers before the code that adds tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsched.core import keys as K
+from rsched.core.timeutil import iso
+
+STATES = ("scheduled", "due", "processing", "dead")
+IF_EXISTS = ("keep", "replace", "error")
+#: Entries handled per Lua call by bulk operations (keeps each call short).
+BATCH = 1000
+
+
+@dataclass
+class Task:
+    type: str
+    id: str
+    queue: str
+    state: str
+    due_ms: int | None
+    attempts: int = 0
+    max_attempts: int | None = None
+    payload: Any = None
+    last_error: str | None = None
+    lease_ms: int | None = None  # processing: lease expiry; dead: when it died
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "id": self.id,
+            "queue": self.queue,
+            "state": self.state,
+            "due_at": iso(self.due_ms),
+            "due_ms": self.due_ms,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "payload": self.payload,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass
+class AddResult:
+    status: str  # added | kept | replaced
+    task: Task
+
+
+@dataclass
+class TaskSpec:
+    """One task to add; validated on construction."""
+
+    type: str
+    id: str
+    queue: str = "default"
+    delay_ms: int | None = None
+    at_ms: int | None = None
+    payload_json: str = "null"
+    max_attempts: int = 0
+
+    @property
+    def member(self) -> str:
+        return K.member(self.type, self.id)
+
+
+@dataclass
+class QueueStats:
+    queue: str
+    scheduled: int
+    due: int
+    processing: int
+    stale: int
+    dead: int
+    next_due_ms: int | None
+    lag_ms: int
+    consumers: int
+    paused: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: Due tasks that no live consumer can run (no handler for their type), the age of
+    #: the oldest of them, and the types of those parked (sorted). With no live
+    #: consumer at all: every due task.
+    unrunnable: int = 0
+    unrunnable_lag_ms: int = 0
+    unrunnable_types: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "scheduled": self.scheduled,
+            "due": self.due,
+            "processing": self.processing,
+            "stale": self.stale,
+            "dead": self.dead,
+            "next_due_at": iso(self.next_due_ms),
+            "next_due_ms": self.next_due_ms,
+            "lag_ms": self.lag_ms,
+            "consumers": self.consumers,
+            "paused": self.paused,
+            "unrunnable": self.unrunnable,
+            "unrunnable_lag_ms": self.unrunnable_lag_ms,
+            "unrunnable_types": self.unrunnable_types,
+        }
