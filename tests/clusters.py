@@ -10,7 +10,6 @@ one namespace. Test modules import the ``cluster`` / ``ccli`` fixtures from here
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,13 +19,13 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from tests.support import RSCHED, free_port, server_binary, stop_all, wait_for
+from tests.support import Cli, free_port, server_binary, wait_for
 
 SLOTS = 16384
 
@@ -287,61 +286,17 @@ def _slot_ranges(c: redis.Redis) -> list[tuple[int, int, int]]:
     return [(int(r[0]), int(r[1]), int(r[2][1])) for r in raw]
 
 
-class ClusterCli:
-    """Real `rsched` processes against the cluster, one namespace."""
+class ClusterCli(Cli):
+    """Real `rsched` processes against the cluster, one namespace; a call
+    asserts exit 0 unless it says otherwise."""
 
-    def __init__(self, url: str, namespace: str, cwd: str):
-        self.url, self.namespace, self.cwd = url, namespace, cwd
-        self.procs: list[subprocess.Popen[str]] = []
+    default_check = 0
 
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RSCHED_", "REDIS_URL"))}
-        env.update(
-            RSCHED_REDIS_URL=self.url,
-            RSCHED_NAMESPACE=self.namespace,
-            NO_COLOR="1",
-            PYTHONUNBUFFERED="1",
-        )
-        env.update(extra)
-        return env
-
-    def __call__(
-        self, *args: str, input: str | None = None, check: int | None = 0, **kw: Any
-    ) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run(
-            [*RSCHED, *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=kw.pop("timeout", 60),
-            env=self.env(**kw.pop("env", {})),
-            cwd=self.cwd,
-        )
-        if check is not None:
-            assert res.returncode == check, (
-                f"rsched {' '.join(args)} -> {res.returncode}\n"
-                f"stdout: {res.stdout}\nstderr: {res.stderr}"
-            )
-        return res
-
-    def json(self, *args: str, **kw: Any) -> Any:
-        return json.loads(self(*args, "--json", **kw).stdout)
-
-    def spawn(self, *args: str, **kw: Any) -> subprocess.Popen[str]:
-        p = subprocess.Popen(
-            [*RSCHED, *args],
-            env=self.env(**kw.pop("env", {})),
-            cwd=self.cwd,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        self.procs.append(p)
-        return p
-
-    def close(self) -> None:
-        stop_all(self.procs)
+    def __init__(self, cluster: Cluster | str, namespace: str, cwd: str):
+        """``cluster``: the cluster, or the URL to give the processes ("" for none)."""
+        target = SimpleNamespace(url=cluster) if isinstance(cluster, str) else cluster
+        super().__init__(target, namespace, cwd)
+        self.url = target.url
 
 
 @pytest.fixture(scope="module")
@@ -355,6 +310,6 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def ccli(cluster: Cluster, tmp_path: Path) -> Iterator[ClusterCli]:
-    c = ClusterCli(cluster.url, f"c{uuid.uuid4().hex[:8]}", str(tmp_path))
+    c = ClusterCli(cluster, f"c{uuid.uuid4().hex[:8]}", str(tmp_path))
     yield c
     c.close()

@@ -177,7 +177,9 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def rsched_env(server: RedisServer, namespace: str, **extra: str) -> dict[str, str]:
+def rsched_env(server: Any, namespace: str, **extra: str) -> dict[str, str]:
+    """The environment of an rsched process for ``server`` (anything with a
+    ``url``, and a ``password`` if it has one: a RedisServer or a Cluster)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RSCHED_", "REDIS_URL"))}
     env.update(
         {
@@ -187,7 +189,7 @@ def rsched_env(server: RedisServer, namespace: str, **extra: str) -> dict[str, s
             "PYTHONUNBUFFERED": "1",
         }
     )
-    if server.password:
+    if getattr(server, "password", None):
         env["RSCHED_REDIS_PASSWORD"] = server.password
     env.update(extra)
     return env
@@ -197,9 +199,13 @@ RSCHED = [sys.executable, "-m", "rsched"]
 
 
 class Cli:
-    """Runs real `rsched` processes against one server and namespace."""
+    """Runs real `rsched` processes against one server (or cluster) and namespace:
+    the one CLI harness of the suite. ``check``: the exit status a call asserts
+    unless it says otherwise (None: none)."""
 
-    def __init__(self, server: RedisServer, namespace: str, cwd: str | None = None):
+    default_check: int | None = None
+
+    def __init__(self, server: Any, namespace: str, cwd: str | None = None):
         self.server = server
         self.namespace = namespace
         self.cwd = cwd
@@ -214,8 +220,10 @@ class Cli:
         input: str | None = None,
         timeout: float = 60,
         env: dict[str, str] | None = None,
-        check: int | None = None,
+        check: int | None | type[Ellipsis] = ...,
     ) -> subprocess.CompletedProcess[str]:
+        if check is ...:
+            check = self.default_check
         res = subprocess.run(
             [*RSCHED, *args],
             input=input,
