@@ -513,3 +513,25 @@ def test_units_verify_with_systemd_analyze(tmp_path: Path) -> None:
         [exe, "man", "rsched-operations"], capture_output=True, text=True, timeout=60
     ).stdout
     assert "ExecStart=" + str(Path(exe).resolve().parent / "rsched").replace("-", "\\-") in page
+
+
+def test_the_config_page_documents_every_key_the_loader_accepts() -> None:
+    """rsched.toml(5) names each key the loader knows (its sets are the source), no other."""
+    import re
+
+    from rsched.core import config
+    from rsched.cron import runner
+
+    md = (gendocs.MANUAL / "rsched.toml.5.md").read_text()
+
+    def documented(section: str) -> set[str]:
+        body = md.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+        return {
+            k for line in re.findall(r"^- (.+?):", body, re.M) for k in re.findall(r"`(\w+)`", line)
+        }
+
+    assert documented("[redis]") == config._REDIS_KEYS
+    assert documented("[queues.NAME]") == config._QUEUE_KEYS
+    assert documented("[cron.NAME]") == runner._CONFIG_KEYS
+    for table in config._TOP_KEYS:
+        assert f"## [{table}" in md, table
