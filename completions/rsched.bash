@@ -16,16 +16,16 @@ _rsched_options() {
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched cancel') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched completion') echo '--install -v --verbose -q --quiet -h --help' ;;
+    'rsched completion') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched crons') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched dead') echo '--queue --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched doctor') echo '--format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout -v --verbose -q --quiet -h --help' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout -h --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched locks') echo '--format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched man') echo '--install -v --verbose -q --quiet -h --help' ;;
+    'rsched man') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched metrics') echo '-o --output --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched next') echo '--tz --dialect -n --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched pause') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
@@ -36,8 +36,8 @@ _rsched_options() {
     'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
     'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
-    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
-    'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -v --verbose -q --quiet -h --help' ;;
+    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format -h --help' ;;
+    'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -h --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched server status') echo '--dir --format --json -v --verbose -q --quiet -h --help' ;;
@@ -54,6 +54,7 @@ _rsched_value_options() {
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --format' ;;
+    'rsched completion') echo '--format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --partitions --format' ;;
@@ -62,7 +63,7 @@ _rsched_value_options() {
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
     'rsched locks') echo '--format' ;;
-    'rsched man') echo '--install' ;;
+    'rsched man') echo '--install --format' ;;
     'rsched metrics') echo '-o --output --format' ;;
     'rsched next') echo '--tz --dialect -n --format' ;;
     'rsched pause') echo '--queue --format' ;;
@@ -91,6 +92,7 @@ _rsched_choices() {
     'rsched add|--format') echo 'table plain json' ;;
     'rsched bench|--format') echo 'table plain json' ;;
     'rsched cancel|--format') echo 'table plain json' ;;
+    'rsched completion|--format') echo 'table plain json' ;;
     'rsched crons|--format') echo 'table plain json' ;;
     'rsched dead|--format') echo 'table plain json' ;;
     'rsched demo|--format') echo 'table plain json' ;;
@@ -102,6 +104,7 @@ _rsched_choices() {
     'rsched list|--state') echo 'scheduled due processing dead all' ;;
     'rsched list|--format') echo 'table plain json' ;;
     'rsched locks|--format') echo 'table plain json' ;;
+    'rsched man|--format') echo 'table plain json' ;;
     'rsched metrics|--format') echo 'table plain json' ;;
     'rsched next|--dialect') echo 'cron spring quartz' ;;
     'rsched next|--format') echo 'table plain json' ;;

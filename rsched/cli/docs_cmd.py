@@ -21,7 +21,8 @@ from pathlib import Path
 
 import click
 
-from rsched.cli.main import App, pass_app
+from rsched.cli.main import App, output_options, pass_app
+from rsched.cli.render import emit_json
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -58,6 +59,7 @@ def completion_script(shell: str) -> str:
     "$XDG_DATA_HOME/zsh/site-functions/_rsched, a directory to add to $fpath; fish: "
     "$XDG_CONFIG_HOME/fish/completions/rsched.fish) and say where, instead of printing it.",
 )
+@output_options
 @pass_app
 def completion(app: App, shell: str, install: bool) -> None:
     """Print the shell completion script for SHELL (bash, zsh or fish).
@@ -65,15 +67,23 @@ def completion(app: App, shell: str, install: bool) -> None:
     \b
     Load it for this shell:   source <(rsched completion bash)
     Install it for the user:  rsched completion bash --install
+
+    --json prints {"shell", "script"}, or with --install {"shell", "path"}.
     """
     text = completion_script(shell)
     if not install:
-        click.echo(text, nl=False)
+        if app.json:
+            emit_json({"shell": shell, "script": text})
+        else:
+            click.echo(text, nl=False)
         return
     target = _completion_target(shell)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
-    click.echo(str(target))
+    if app.json:
+        emit_json({"shell": shell, "path": str(target)})
+    else:
+        click.echo(str(target))
     if shell == "zsh":
         app.info(
             f"rsched: wrote {target}; add `fpath=({target.parent} $fpath)` before compinit in ~/.zshrc"
@@ -117,26 +127,37 @@ def man_page(name: str) -> str:
     "DIR/man7/rsched-operations.7; ~/.local/share/man is on man's default path) "
     "and list them, instead of showing one.",
 )
+@output_options
 @pass_app
 def man_cmd(app: App, page: str, install_dir: str | None) -> None:
     """Show a man page: rsched (the commands), rsched.toml (the config file) or
     rsched-operations (guarantees, systemd units, Redis requirements, ACL user).
 
     On a terminal the page is shown with man(1); otherwise its roff source is
-    printed (rsched man rsched.toml | man -l -).
+    printed (rsched man rsched.toml | man -l -). --json prints {"page", "roff"},
+    or with --install one {"page", "path"} per page.
     """
     from rsched.cli import gendocs
 
     if install_dir is not None:
         root = Path(install_dir).expanduser()
+        written = []
         for name, (section, filename) in gendocs.PAGES.items():
             target = root / f"man{section}" / filename
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(man_page(name), encoding="utf-8")
-            click.echo(str(target))
+            written.append({"page": name, "path": str(target)})
+            if not app.json:
+                click.echo(str(target))
+        if app.json:
+            emit_json(written)
         app.info(f"rsched: wrote {len(gendocs.PAGES)} pages under {root}; man rsched")
         return
-    text = man_page(_page_name(page))
+    name = _page_name(page)
+    text = man_page(name)
+    if app.json:
+        emit_json({"page": name, "roff": text})
+        return
     viewer = shutil.which("man")
     if viewer and sys.stdout.isatty():
         with tempfile.NamedTemporaryFile("w", suffix=".man", encoding="utf-8") as f:

@@ -761,7 +761,7 @@ _EXAMPLES = [
     ),
     (
         "Schedule a task in 30 minutes, and one at a fixed time:",
-        "rsched add --in 30m order.close 1001\nrsched add --at 2026-12-01T02:00+08:00 report.daily 2026-12-01",
+        "rsched add --in 30m order.close 1001\nrsched add --at 2027-12-01T02:00+08:00 report.daily 2027-12-01",
     ),
     (
         "Consume a queue with a handler (the task ID is the last argument; the payload is on stdin):",

@@ -85,10 +85,18 @@ def _set_verbosity(ctx: click.Context, param: click.Parameter, value: Any) -> An
 
 def verbosity_options(cmd: click.Command) -> click.Command:
     """``-v`` / ``-q`` after the command too (``rsched queues -v``), as ``--json``:
-    added once to each subcommand (and theirs) that has no option of that name."""
+    added once to each subcommand (and theirs) that has no option of that name.
+
+    Not to a command that runs a command of the user's (``exec``, ``run cron``,
+    ``run expired``: a variadic ``-- CMD...``): there ``rsched exec --lock x ./job -q``
+    without the ``--`` is refused today (no such option), and must not become
+    ``./job`` run without its ``-q``; ``rsched -q exec ...`` works."""
     if getattr(cmd, "_rsched_verbosity", False):
         return cmd
+    variadic = any(isinstance(p, click.Argument) and p.nargs == -1 for p in cmd.params)
     taken = {o for p in cmd.params for o in getattr(p, "opts", ())}
+    if variadic:
+        taken |= {"-v", "-q"}
     for names, kind, text in (
         (["-v", "--verbose", "verbose_after"], {"count": True}, "More detail on stderr"),
         (["-q", "--quiet", "quiet_after"], {"is_flag": True}, "Only errors on stderr"),

@@ -387,6 +387,10 @@ def test_verbose_and_quiet_work_after_the_command(cli: Cli) -> None:
     assert "Traceback" not in cli("queues", check=69, env=bad).stderr
     assert "-q, --quiet" in cli("run", "consumer", "--help", check=0).stdout
     assert "-v, --verbose" in cli("server", "start", "--help", check=0).stdout
+    # not after a command that runs the user's: ./job -q without -- stays refused
+    res = cli("exec", "--lock", "x", "./job", "-q", check=2)
+    assert "No such option" in res.stderr
+    assert "--quiet" not in cli("run", "cron", "--help", check=0).stdout
 
 
 # --- completions and pages after a plain install ---------------------------------
@@ -438,6 +442,14 @@ def test_man_prints_and_installs_every_page(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     for section, filename in gendocs.PAGES.values():
         assert (tmp_path / f"man{section}" / filename).is_file()
+    import json
+
+    res = _rsched("man", "--install", str(tmp_path / "j"), "--json")
+    assert [r["page"] for r in json.loads(res.stdout)] == list(gendocs.PAGES)
+    out = json.loads(_rsched("man", "rsched.toml", "--json").stdout)
+    assert out == {"page": "rsched.toml", "roff": (ROOT / "man" / "rsched.toml.5").read_text()}
+    out = json.loads(_rsched("completion", "fish", "--json").stdout)
+    assert out["shell"] == "fish" and out["script"].startswith("# fish completion")
 
 
 def test_the_docs_generator_is_not_imported_at_run_time() -> None:
@@ -535,3 +547,45 @@ def test_the_config_page_documents_every_key_the_loader_accepts() -> None:
     assert documented("[cron.NAME]") == runner._CONFIG_KEYS
     for table in config._TOP_KEYS:
         assert f"## [{table}" in md, table
+
+
+#: What each README command exits with on a fresh namespace, in the README's order
+#: (retry: the task is not dead; unlock: exec released the lock already).
+_TOUR_EXIT = {"doctor": (0, 1), "retry": (4,), "unlock": (3,)}
+
+
+def test_readme_tour_runs(cli: Cli, tmp_path: Path) -> None:
+    """Every command of the README's tour, as written, against a real server; the
+    loops with --burst (consumer) or until their first tick ran (cron)."""
+    import json
+
+    from tests.support import wait_for
+
+    for name in ("close-order", "job", "backup.sh"):
+        script = tmp_path / name
+        script.write_text("#!/bin/sh\nexit 0\n")
+        script.chmod(0o755)
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").write_text("")
+    (tmp_path / "shop" / "tasks.py").write_text(_blocks(README, "python")[1])
+    ran = []
+    for words in _readme_commands():
+        args = words[1:]
+        if args[:2] == ["server", "start"]:
+            continue  # the test's own server stands in for it
+        if args[:2] == ["run", "cron"]:
+            p = cli.spawn(*args)
+            wait_for(
+                lambda cron=args[2]: json.loads(cli("history", cron, "--json", check=0).stdout),
+                timeout=20,
+                what="the cron's first tick",
+            )
+            p.terminate()
+            assert p.wait(timeout=30) == 0
+        else:
+            if args[:2] == ["run", "consumer"]:
+                args = [*args, "--burst"]
+            res = cli(*args, env={"PYTHONPATH": str(tmp_path)})
+            assert res.returncode in _TOUR_EXIT.get(args[0], (0,)), (words, res.stderr)
+        ran.append(args[0])
+    assert len(ran) >= 17
