@@ -633,8 +633,8 @@ def _usage(node: Node) -> str:
     return " ".join([node.name, *pieces])
 
 
-#: The one description of each exit code: the man page's EXIT STATUS and the
-#: README's table (between the EXIT CODES markers) are both made from it.
+#: The one description of each exit code: rsched(1)'s EXIT STATUS (the README
+#: points there; the root --help keeps its one-line summary).
 _EXIT_TEXT: dict[int, str] = {
     ExitCode.OK: "Success.",
     ExitCode.FAILURE: "Failure: doctor found a FAIL, a run failed, --wait-replicas fell short. "
