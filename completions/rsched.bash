@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel crons dead demo doctor exec history list locks metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
+    'rsched') echo 'add bench cancel completion crons dead demo doctor exec history list locks man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -12,37 +12,39 @@ _rsched_subcommands() {
 
 _rsched_options() {
   case "$1" in
-    'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version --help' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json --help' ;;
-    'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json --help' ;;
-    'rsched cancel') echo '--queue --format --json --help' ;;
-    'rsched crons') echo '--format --json --help' ;;
-    'rsched dead') echo '--queue --limit --format --json --help' ;;
-    'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json --help' ;;
-    'rsched doctor') echo '--format --json --help' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --help' ;;
-    'rsched history') echo '--queue --failed --limit --format --json --help' ;;
-    'rsched list') echo '--queue --state --type --limit --format --json --help' ;;
-    'rsched locks') echo '--format --json --help' ;;
-    'rsched metrics') echo '-o --output --format --json --help' ;;
-    'rsched next') echo '--tz --dialect -n --format --json --help' ;;
-    'rsched pause') echo '--queue --format --json --help' ;;
-    'rsched purge') echo '--dead --older-than --queue --format --json --help' ;;
-    'rsched queues') echo '--format --json --help' ;;
-    'rsched requeue-stale') echo '--queue --dry-run --format --json --help' ;;
-    'rsched resume') echo '--queue --format --json --help' ;;
-    'rsched retry') echo '--queue --all --format --json --help' ;;
-    'rsched run') echo '--help' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --help' ;;
-    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --help' ;;
-    'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify --help' ;;
-    'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
-    'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json --help' ;;
-    'rsched server status') echo '--dir --format --json --help' ;;
-    'rsched server stop') echo '--dir --format --json --help' ;;
-    'rsched show') echo '--queue --format --json --help' ;;
-    'rsched top') echo '--interval --once --format --json --help' ;;
-    'rsched unlock') echo '--token --force --format --json --help' ;;
+    'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version -h --help' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched cancel') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched completion') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched crons') echo '--format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched dead') echo '--queue --limit --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched doctor') echo '--format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout -h --help' ;;
+    'rsched history') echo '--queue --failed --limit --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched list') echo '--queue --state --type --limit --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched locks') echo '--format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched man') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched metrics') echo '-o --output --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched next') echo '--tz --dialect -n --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched pause') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched purge') echo '--dead --older-than --queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched queues') echo '--format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched requeue-stale') echo '--queue --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched resume') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
+    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format -h --help' ;;
+    'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -h --help' ;;
+    'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched server status') echo '--dir --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched server stop') echo '--dir --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched show') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched top') echo '--interval --once --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched unlock') echo '--token --force --format --json -v --verbose -q --quiet -h --help' ;;
   esac
 }
 
@@ -52,6 +54,7 @@ _rsched_value_options() {
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --format' ;;
+    'rsched completion') echo '--format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --partitions --format' ;;
@@ -60,6 +63,7 @@ _rsched_value_options() {
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
     'rsched locks') echo '--format' ;;
+    'rsched man') echo '--install --format' ;;
     'rsched metrics') echo '-o --output --format' ;;
     'rsched next') echo '--tz --dialect -n --format' ;;
     'rsched pause') echo '--queue --format' ;;
@@ -88,6 +92,7 @@ _rsched_choices() {
     'rsched add|--format') echo 'table plain json' ;;
     'rsched bench|--format') echo 'table plain json' ;;
     'rsched cancel|--format') echo 'table plain json' ;;
+    'rsched completion|--format') echo 'table plain json' ;;
     'rsched crons|--format') echo 'table plain json' ;;
     'rsched dead|--format') echo 'table plain json' ;;
     'rsched demo|--format') echo 'table plain json' ;;
@@ -99,6 +104,7 @@ _rsched_choices() {
     'rsched list|--state') echo 'scheduled due processing dead all' ;;
     'rsched list|--format') echo 'table plain json' ;;
     'rsched locks|--format') echo 'table plain json' ;;
+    'rsched man|--format') echo 'table plain json' ;;
     'rsched metrics|--format') echo 'table plain json' ;;
     'rsched next|--dialect') echo 'cron spring quartz' ;;
     'rsched next|--format') echo 'table plain json' ;;
@@ -131,6 +137,7 @@ _rsched_is_file_option() {
   case "$1" in
     'rsched add|--payload-file') return 0 ;;
     'rsched add|--from') return 0 ;;
+    'rsched man|--install') return 0 ;;
     'rsched metrics|-o') return 0 ;;
     'rsched metrics|--output') return 0 ;;
     'rsched server|--dir') return 0 ;;

@@ -1,7 +1,8 @@
-"""Generate the shell completions, the man page and the README's command
-reference from the click app, so none of them can drift from the real options.
+"""Generate the shell completions and the man pages from the click app and the
+long-form text in ``rsched/cli/manual/*.md``, so none of them can drift from
+the real options and nothing is written twice.
 
-    python -m rsched.cli.gendocs           # write completions/, man/rsched.1, README.md reference
+    python -m rsched.cli.gendocs           # write completions/, man/, README.md's guarantees
     python -m rsched.cli.gendocs --check   # exit 1 and list the files that are stale
 
 Outputs (paths relative to the repository root):
@@ -9,8 +10,16 @@ Outputs (paths relative to the repository root):
     completions/rsched.bash   bash (``source`` it; needs no rsched installed)
     completions/_rsched       zsh (put on $fpath)
     completions/rsched.fish   fish (~/.config/fish/completions/)
-    man/rsched.1              the man page
-    README.md                 only between <!-- BEGIN REFERENCE --> and <!-- END REFERENCE -->
+    man/rsched.1              commands, options, exit codes, environment, files; its
+                              long-form sections from manual/rsched.1.md
+    man/rsched.toml.5         the config file (manual/rsched.toml.5.md)
+    man/rsched-operations.7   guarantees and operations (manual/rsched-operations.7.md)
+    README.md                 only between <!-- BEGIN GUARANTEES --> and <!-- END GUARANTEES -->:
+                              the first paragraph of each guarantee of rsched-operations(7)
+
+The same functions serve ``rsched completion`` and ``rsched man`` after a plain
+``pip install`` (the ``manual/*.md`` files are package data). Nothing in the
+engine imports this module: only those two commands do, when they run.
 
 A command whose module fails to import is skipped with a warning on stderr
 (while the tree is being built); the test of these files then compares with
@@ -33,8 +42,17 @@ from rsched.core.errors import ExitCode
 ROOT = Path(__file__).resolve().parents[2]
 PROG = "rsched"
 WIDTH = 80
-BEGIN = "<!-- BEGIN REFERENCE -->"
-END = "<!-- END REFERENCE -->"
+BEGIN = "<!-- BEGIN GUARANTEES -->"
+END = "<!-- END GUARANTEES -->"
+MANUAL = Path(__file__).resolve().parent / "manual"
+#: page name -> (section, file under man/)
+PAGES = {
+    "rsched": ("1", "rsched.1"),
+    "rsched.toml": ("5", "rsched.toml.5"),
+    "rsched-operations": ("7", "rsched-operations.7"),
+}
+#: Where the units of rsched-operations(7) say rsched is (``rsched man`` puts the real path).
+UNIT_PATH = "/opt/rsched/bin/rsched"
 
 # --- the command tree -----------------------------------------------------------
 
@@ -77,8 +95,19 @@ class Node:
 
 
 def _context(cmd: click.Command, name: str, parent: click.Context | None) -> click.Context:
+    # the command's own context_settings too (the root's -h): as a real run makes them
+    settings = {
+        k: v
+        for k, v in cmd.context_settings.items()
+        if k not in ("terminal_width", "max_content_width")
+    }
     return click.Context(
-        cmd, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH
+        cmd,
+        info_name=name,
+        parent=parent,
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+        **settings,
     )
 
 
@@ -604,96 +633,8 @@ def _usage(node: Node) -> str:
     return " ".join([node.name, *pieces])
 
 
-_CRON_DIALECTS = [
-    (
-        "cron",
-        "Vixie/cronie (crontab(5)), 5 fields: min hour dom mon dow; day of week 0-7 (0 and 7 are "
-        "SUN). Day of month and day of week are ORed unless either starts with *, then ANDed. "
-        "Also L and LW (day of month), nL and n#k (day of week). The default for 5 fields.",
-    ),
-    (
-        "spring",
-        "Spring's CronExpression, 6 fields: sec min hour dom mon dow; day of week 1-7 = MON-SUN "
-        "(0 is SUN too; */2 is MON, WED, FRI, SUN). The day fields are always ANDed; ? is *. "
-        "L, L-n, LW, nW, nL, n#k, also in lists. The default for 6 fields.",
-    ),
-    (
-        "quartz",
-        "Quartz's CronExpression, 6 or 7 fields: sec min hour dom mon dow [year 1970-2099]; day "
-        "of week 1-7 = SUN-SAT; exactly one day field is ?; a reversed range wraps (FRI-MON, "
-        "22-2). L, L-n, LW, L-nW, nW; L (= SAT), nL, n#k, each alone.",
-    ),
-]
-
-_CRON_RULES = [
-    "In every dialect a/n runs from a to the field's maximum in steps of n and a-a is the single "
-    "value a. nW is the weekday nearest day n inside its month. Refused, with one line naming "
-    "the field and the token (exit 2): values out of range, @reboot, 7 fields without --dialect "
-    "quartz, a Quartz expression without exactly one ?, forms the dialect lacks, expressions that "
-    "never fire, and R, R(a-b), Jenkins H and cronie's ~ (every runner would compute a different "
-    "tick).",
-    "Daylight saving time, cronie's rule for every dialect: a schedule whose second, minute or "
-    "hour field starts with * is a wildcard schedule; it fires through both passes of a repeated "
-    "hour and has no ticks in a skipped hour. Any other tick is a fixed local time: one in a gap "
-    "fires once at the first instant after the gap, one in a repeated hour once at its first "
-    "occurrence.",
-    "rsched next EXPR|NAME shows the next ticks in UTC and local time. Intentional differences "
-    "from the references the tests check against: a fixed time in a gap fires at the gap's end "
-    "in 6-field expressions too (Spring skips it); a-a/n is the single value a (cronsim: a/n); "
-    "cronsim's earlier tick from the second pass of a repeated hour and its skipped wildcard "
-    "ticks after 30- and 45-minute DST shifts are not reproduced; 0 0 30 2 MON fires on Mondays "
-    "(cronsim refuses it); L/2 is refused (cronsim ignores the step); Quartz nW for a day the "
-    "month lacks does not fire that month.",
-]
-
-_GUARANTEES = [
-    (
-        "No task is lost",
-        "while Redis keeps its data. A task whose worker dies returns to the due set when its lease "
-        "expires, automatically (every running consumer reaps stale leases) and on demand "
-        "(rsched requeue-stale). Delivery is at-least-once; handlers get the attempt number and a claim "
-        "token so that they can be idempotent.",
-    ),
-    (
-        "One clock.",
-        "Every is-it-due decision is made inside a Lua script with the Redis server's TIME; a host whose "
-        "clock is off neither fires early nor starves.",
-    ),
-    (
-        "Exactly one fire per cron tick",
-        "across any number of runners and hosts: runners claim the tick, not just a lock. A tick missed "
-        "while no runner was alive follows the misfire policy.",
-    ),
-    (
-        "Locks are owned.",
-        "Release and renewal check the owner token atomically; a watchdog renews a lock while its job "
-        "runs and declares it lost before the lease can have expired by its own clock (TTL minus "
-        "TTL/5, 0.1 to 2 s, after the send of the last renewal that got through), even while a "
-        "renewal hangs; exec and run cron then stop the job, with a SIGKILL before another host can "
-        "take the lock. A release wakes a waiter at once. Each acquisition gets a strictly "
-        "increasing fencing token, handed to the job.",
-    ),
-    (
-        "Tasks are data, never code.",
-        "What a task runs is decided by the consumer's own configuration (task type to handler). Nothing "
-        "read from Redis is passed to a shell or evaluated.",
-    ),
-    (
-        "Bad input is refused before anything is written,",
-        "with a message that names the bad field and the accepted form, and exit status 2.",
-    ),
-    (
-        "Precise and quiet.",
-        "An idle consumer wakes when the next task is due and costs Redis next to nothing while it waits.",
-    ),
-    (
-        "Scales out on Redis itself:",
-        "a single Redis or Valkey, Redis Sentinel, or Redis Cluster (the keys of one queue share a hash tag).",
-    ),
-]
-
-#: The one description of each exit code: the man page's EXIT STATUS and the
-#: README's table (between the EXIT CODES markers) are both made from it.
+#: The one description of each exit code: rsched(1)'s EXIT STATUS (the README
+#: points there; the root --help keeps its one-line summary).
 _EXIT_TEXT: dict[int, str] = {
     ExitCode.OK: "Success.",
     ExitCode.FAILURE: "Failure: doctor found a FAIL, a run failed, --wait-replicas fell short. "
@@ -717,17 +658,6 @@ _EXIT_TEXT: dict[int, str] = {
     ExitCode.INTERRUPTED: "Interrupted (SIGINT, Ctrl-C): also the run loops and exec after "
     "their clean stop (SIGTERM stops a run loop with 0).",
 }
-
-EXIT_BEGIN = "<!-- BEGIN EXIT CODES -->"
-EXIT_END = "<!-- END EXIT CODES -->"
-
-
-def exit_table() -> str:
-    """The README's exit-code table (Markdown)."""
-    rows = ["| code | meaning |", "|---|---|"]
-    rows += [f"| {int(c)} | {_EXIT_TEXT[c]} |" for c in ExitCode]
-    return "\n".join(rows) + "\n"
-
 
 _ENVIRONMENT = [
     ("RSCHED_REDIS_URL", "Redis URL (redis://, rediss:// for TLS, unix://); same as --redis-url."),
@@ -813,17 +743,25 @@ _FILES = [
         "$XDG_STATE_HOME/rsched/",
         "rsched server: redis.conf (mode 0600), redis.pid, redis.sock, server.log, the AOF and RDB files.",
     ),
-    ("completions/rsched.bash, completions/_rsched, completions/rsched.fish", "Shell completions."),
+    (
+        "completions/rsched.bash, completions/_rsched, completions/rsched.fish",
+        "Shell completions in a checkout; after pip install, rsched completion SHELL prints "
+        "them (--install writes them where the shell looks).",
+    ),
+    (
+        "man/rsched.1, man/rsched.toml.5, man/rsched-operations.7",
+        "These pages in a checkout; rsched man [PAGE] prints them (--install DIR writes them).",
+    ),
 ]
 
 _EXAMPLES = [
     (
         "Start the embedded server in the background and check it:",
-        "rsched server --daemon\nrsched doctor",
+        "rsched server start --daemon\nrsched doctor",
     ),
     (
         "Schedule a task in 30 minutes, and one at a fixed time:",
-        "rsched add --in 30m order.close 1001\nrsched add --at 2026-12-01T02:00+08:00 report.daily 2026-12-01",
+        "rsched add --in 30m order.close 1001\nrsched add --at 2027-12-01T02:00+08:00 report.daily 2027-12-01",
     ),
     (
         "Consume a queue with a handler (the task ID is the last argument; the payload is on stdin):",
@@ -839,32 +777,8 @@ _EXAMPLES = [
         "* * * * * rsched metrics -o /var/lib/node_exporter/textfile/rsched.prom",
     ),
     (
-        "A consumer as a systemd service (/etc/systemd/system/rsched-consumer.service):",
-        "[Unit]\nDescription=rsched consumer\nAfter=network-online.target\nWants=network-online.target\n\n"
-        "[Service]\nType=notify\nNotifyAccess=main\nWatchdogSec=30\n"
-        "Environment=RSCHED_REDIS_URL=redis://redis.internal:6379/0\n"
-        "ExecStart=/usr/bin/rsched run consumer --queue default --concurrency 4\n"
-        "KillSignal=SIGTERM\nTimeoutStopSec=90\nRestart=on-failure\nUser=rsched\n\n"
-        "[Install]\nWantedBy=multi-user.target",
-    ),
-    (
-        "A lock-guarded cron runner on every host (/etc/systemd/system/rsched-report.service):",
-        "[Service]\nType=notify\nWatchdogSec=30\n"
-        "ExecStart=/usr/bin/rsched run cron report-daily --schedule '0 0 2 * * ?' --tz Asia/Shanghai -- /opt/report/run\n"
-        "Restart=on-failure\n\n[Install]\nWantedBy=multi-user.target",
-    ),
-    (
-        "An exec-guarded systemd timer: every host's timer fires, one host runs the job per tick\n"
-        "(/etc/systemd/system/cleanup.service and cleanup.timer):",
-        "# cleanup.service\n[Service]\nType=oneshot\n"
-        "ExecStart=/usr/bin/rsched exec --lock cleanup --once-per 1h --if-locked skip -- /opt/cleanup\n\n"
-        "# cleanup.timer\n[Timer]\nOnCalendar=hourly\nRandomizedDelaySec=30\nPersistent=true\n\n"
-        "[Install]\nWantedBy=timers.target",
-    ),
-    (
-        "The embedded server under systemd (foreground; READY=1 once it answers PING):",
-        "[Service]\nType=notify\nNotifyAccess=main\nExecStart=/usr/bin/rsched server --dir /var/lib/rsched\n"
-        "Restart=on-failure\nUser=rsched",
+        "Units for systemd (a consumer, a cron runner, a timer, the embedded server):",
+        "rsched man rsched-operations    # see SYSTEMD",
     ),
 ]
 
@@ -916,15 +830,7 @@ def man(tree: Node) -> str:
             if _is_help(opt, node):
                 continue  # every command has -h/--help; said once under GLOBAL OPTIONS
             out += [".TP", _opt_synopsis(opt), *_roff_lines(_roff(_opt_help_full(opt)))]
-    out.append(".SH GUARANTEES")
-    for i, (head, body) in enumerate(_GUARANTEES, 1):
-        out += [".TP", f"{i}.", f"\\fB{_roff(head)}\\fR " + _roff(body)]
-    out.append(".SH CRON EXPRESSIONS")
-    out += ["Each expression is read in one dialect (--dialect, or dialect in [cron.NAME]):"]
-    for tag, text in _CRON_DIALECTS:
-        out += [".TP", f"\\fB{tag}\\fR", _roff(text)]
-    for text in _CRON_RULES:
-        out += [".PP", _roff(text)]
+    out += markdown_sections(_manual("rsched"))
     out += [".SH EXIT STATUS", ".TP 6"]
     for i, code in enumerate(ExitCode):
         if i:
@@ -963,27 +869,164 @@ def man(tree: Node) -> str:
         out += [".PP", ".RS 4", ".nf", *_roff_lines(_roff(snippet)), ".fi", ".RE"]
     out += [
         ".SH SEE ALSO",
-        "\\fBredis\\-server\\fR(1), \\fBsystemd.service\\fR(5), \\fBsystemd.timer\\fR(5),",
-        "\\fBcrontab\\fR(5)",
+        "\\fBrsched.toml\\fR(5), \\fBrsched\\-operations\\fR(7) (guarantees, systemd units, "
+        "Redis requirements, ACL user),",
+        "\\fBredis\\-server\\fR(1), \\fBsystemd.service\\fR(5), \\fBcrontab\\fR(5)",
     ]
     return "\n".join(out) + "\n"
 
 
-# --- README reference -----------------------------------------------------------
+# --- long-form pages (Markdown -> roff) ------------------------------------------
 
 
-def reference(tree: Node) -> str:
-    """Markdown: each command's ``--help``, as a user sees it at 80 columns."""
-    parts = [
-        "",
-        "<!-- Generated by `python -m rsched.cli.gendocs` from the click app; do not edit. -->",
-        "",
+def _manual(page: str) -> str:
+    section = PAGES[page][0]
+    return (MANUAL / f"{page}.{section}.md").read_text(encoding="utf-8")
+
+
+_INLINE = re.compile(
+    r"`([^`]*)`|\*\*(.+?)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])|\[([^\]]+)\]\([^)]*\)"
+)
+
+
+def _inline(text: str) -> str:
+    """Markdown inline markup -> roff: `code` and **bold** bold, *em* italic, links as text."""
+    out, pos = [], 0
+    for m in _INLINE.finditer(text):
+        out.append(_roff(text[pos : m.start()]))
+        code, bold, em, link = m.groups()
+        if code is not None:
+            text_ = _roff(code)
+            if len(code) > 24:  # a long name (test_x.py::test_y): let the line break in it
+                text_ = re.sub(r"(::|_|/|,)", r"\1\\:", text_)
+            out.append(f"\\fB{text_}\\fR")
+        elif bold is not None:
+            out.append(f"\\fB{_inline(bold)}\\fR")
+        elif em is not None:
+            out.append(f"\\fI{_inline(em)}\\fR")
+        else:
+            out.append(_inline(link))
+        pos = m.end()
+    out.append(_roff(text[pos:]))
+    return "".join(out)
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
+
+
+def markdown_sections(md: str) -> list[str]:
+    """The roff of a manual page's Markdown (its ``# title`` line and comments dropped):
+    ``##`` sections, ``###`` subsections, paragraphs, ``-``/``1.`` lists, fenced code,
+    and tables (one tagged paragraph a row: the first cell over ``header: cell`` lines)."""
+    md = re.sub(r"<!--.*?-->\n?", "", md, flags=re.S)
+    lines = md.split("\n")
+    out: list[str] = []
+    i, para = 0, list[str]()
+
+    def flush() -> None:
+        if para:
+            out.extend(_roff_lines(_inline(" ".join(para))))
+            para.clear()
+
+    def gap() -> None:
+        if out and not out[-1].startswith((".SH", ".SS", ".TP", ".IP")):
+            out.append(".PP")
+
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("# "):
+            i += 1
+            continue
+        if not line.strip():
+            flush()
+            i += 1
+            continue
+        if line.startswith("```"):
+            flush()
+            gap()
+            body = []
+            i += 1
+            while not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            out += [".RS 4", ".nf", *_roff_lines(_roff("\n".join(body))), ".fi", ".RE"]
+            i += 1
+            continue
+        if line.startswith("## "):
+            flush()
+            out.append(f".SH {_roff(line[3:].strip())}")
+            i += 1
+            continue
+        if line.startswith("### "):
+            flush()
+            out.append(f".SS {_roff(line[4:].strip())}")
+            i += 1
+            continue
+        if line.startswith("|"):
+            flush()
+            gap()
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(_cells(lines[i]))
+                i += 1
+            head, body_rows = rows[0], [r for r in rows[2:]]
+            for r in body_rows:
+                out += [".TP", f"\\fB{_inline(r[0])}\\fR" if r[0] else "\\&"]
+                for j, cell in enumerate(r[1:], 1):
+                    if j > 1:
+                        out.append(".br")
+                    label = head[j] if j < len(head) and head[j] else ""
+                    out += _roff_lines((f"{_inline(label)}: " if label else "") + _inline(cell))
+            continue
+        m = re.match(r"(\s*)(- |\d+\. )(.*)", line)
+        if m and not m.group(1):
+            flush()
+            mark = "\\(bu" if m.group(2) == "- " else m.group(2).strip()
+            item = [m.group(3)]
+            i += 1
+            while i < len(lines) and lines[i].startswith("  ") and lines[i].strip():
+                item.append(lines[i].strip())
+                i += 1
+            out += [f".IP {mark} 4", *_roff_lines(_inline(" ".join(item)))]
+            continue
+        if not para:
+            gap()
+        para.append(line.strip())
+        i += 1
+    flush()
+    return out
+
+
+def page(name: str, tree: Node | None = None) -> str:
+    """The roff of man page ``name`` (a key of :data:`PAGES`)."""
+    if name == "rsched":
+        return man(tree if tree is not None else build_tree(warn=False)[0])
+    section = PAGES[name][0]
+    md = _manual(name)
+    title = md.split("\n", 1)[0]
+    m = re.match(r"# (\S+) \d+ - (.*)", title)
+    assert m, f"manual/{name}.{section}.md must start with '# {name} {section} - what it is'"
+    header = [
+        '.\\" Generated by `python -m rsched.cli.gendocs` from rsched/cli/manual; do not edit.',
+        f'.TH {_roff(name.upper())} {section} "" "rsched {_roff(__version__)}" "rsched manual"',
+        ".SH NAME",
+        f"{_roff(name)} \\- {_roff(m.group(2))}",
+        ".ad l",  # ragged right: tables of long test names cannot be justified
     ]
-    for node in tree.walk():
-        title = node.name
-        text = node.cmd.get_help(node.ctx)
-        parts += [f"### `{title}`", "", "```", text.rstrip(), "```", ""]
-    return "\n".join(parts)
+    return "\n".join(header + markdown_sections(md)) + "\n"
+
+
+def guarantees_summary() -> str:
+    """README: the first paragraph of each guarantee of rsched-operations(7), numbered."""
+    md = _manual("rsched-operations")
+    body = md.split("\n## GUARANTEES\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for m in re.finditer(r"^### (\d+)\. ([^\n]+)\n\n(.+?)(?:\n\n|\Z)", body, re.M | re.S):
+        num, head, text = m.groups()
+        text = " ".join(text.split())
+        out.append(f"{num}. **{head}.** {text}")
+    return "\n".join(out) + "\n"
 
 
 def splice_readme(text: str, ref: str, begin: str = BEGIN, end_marker: str = END) -> str | None:
@@ -1004,13 +1047,13 @@ def render_all(root: Path = ROOT, warn: bool = True) -> tuple[dict[Path, str], l
         root / "completions" / "rsched.bash": bash(tree),
         root / "completions" / "_rsched": zsh(tree),
         root / "completions" / "rsched.fish": fish(tree),
-        root / "man" / "rsched.1": man(tree),
     }
+    for name, (_, filename) in PAGES.items():
+        files[root / "man" / filename] = page(name, tree)
     readme = root / "README.md"
     if readme.is_file():
-        new = splice_readme(readme.read_text(encoding="utf-8"), reference(tree))
+        new = splice_readme(readme.read_text(encoding="utf-8"), guarantees_summary())
         if new is not None:
-            new = splice_readme(new, exit_table(), EXIT_BEGIN, EXIT_END) or new
             files[readme] = new
     return files, skipped
 

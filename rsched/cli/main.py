@@ -47,6 +47,8 @@ COMMANDS: dict[str, str] = {
     "demo": "rsched.cli.demo_cmd:demo",
     "top": "rsched.cli.top_cmd:top",
     "bench": "rsched.cli.bench_cmd:bench",
+    "completion": "rsched.cli.docs_cmd:completion",
+    "man": "rsched.cli.docs_cmd:man_cmd",
 }
 
 
@@ -65,8 +67,55 @@ class LazyGroup(click.Group):
             mod, attr = self.lazy[cmd_name].split(":")
             cmd = getattr(importlib.import_module(mod), attr)
             assert isinstance(cmd, click.Command), cmd_name
-            return cmd
+            return verbosity_options(cmd)
         return super().get_command(ctx, cmd_name)
+
+
+def _set_verbosity(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if not value:
+        return value
+    app = ctx.find_object(App)
+    if app is not None:
+        if param.name == "verbose_after":
+            app.verbose += int(value)
+        else:
+            app.quiet = True
+    return value
+
+
+def verbosity_options(cmd: click.Command) -> click.Command:
+    """``-v`` / ``-q`` after the command too (``rsched queues -v``), as ``--json``:
+    added once to each subcommand (and theirs) that has no option of that name.
+
+    Not to a command that runs a command of the user's (``exec``, ``run cron``,
+    ``run expired``: a variadic ``-- CMD...``): there ``rsched exec --lock x ./job -q``
+    without the ``--`` is refused today (no such option), and must not become
+    ``./job`` run without its ``-q``; ``rsched -q exec ...`` works."""
+    if getattr(cmd, "_rsched_verbosity", False):
+        return cmd
+    variadic = any(isinstance(p, click.Argument) and p.nargs == -1 for p in cmd.params)
+    taken = {o for p in cmd.params for o in getattr(p, "opts", ())}
+    if variadic:
+        taken |= {"-v", "-q"}
+    for names, kind, text in (
+        (["-v", "--verbose", "verbose_after"], {"count": True}, "More detail on stderr"),
+        (["-q", "--quiet", "quiet_after"], {"is_flag": True}, "Only errors on stderr"),
+    ):
+        if not taken & set(names[:2]):
+            cmd.params.append(
+                click.Option(
+                    names,
+                    expose_value=False,
+                    callback=_set_verbosity,
+                    help=f"{text} (same as rsched {names[0]}).",
+                    **kind,
+                )
+            )
+    cmd._rsched_verbosity = True  # type: ignore[attr-defined]
+    if isinstance(cmd, click.Group) and not isinstance(cmd, LazyGroup):
+        for sub in cmd.commands.values():
+            verbosity_options(sub)
+    return cmd
 
 
 class App:

@@ -1,5 +1,8 @@
-"""Completions, the man page and the README reference are generated from the
-click app (`python -m rsched.cli.gendocs`) and must be current."""
+"""Completions, the man pages and the README's guarantees are generated from the
+click app and rsched/cli/manual (`python -m rsched.cli.gendocs`) and must be
+current; the pages render, the systemd units verify, the README stays short and
+its commands and Python run; `rsched completion` / `rsched man` print the same
+files after a plain install; -v/-q work after the command."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import pytest
 
 from rsched.cli import gendocs
 from rsched.core.errors import ExitCode
+from tests.support import Cli, RedisServer
 
 ROOT = gendocs.ROOT
 
@@ -59,7 +63,8 @@ def test_man_page_lists_everything(tree: gendocs.Node) -> None:
         "SYNOPSIS",
         "DESCRIPTION",
         "COMMANDS",
-        "GUARANTEES",
+        "LIMITS",
+        "CRON EXPRESSIONS",
         "EXIT STATUS",
         "ENVIRONMENT",
         "FILES",
@@ -87,19 +92,28 @@ def test_man_page_lists_everything(tree: gendocs.Node) -> None:
         for opt in node.options:
             if opt.name != "help":
                 assert gendocs._roff(opt.opts[0]) in text, (node.name, opt.opts)
-    assert "Type=notify" in text and "OnCalendar" in text
+    assert "rsched\\-operations" in text  # where the units and guarantees are
 
 
-def _render_cmd() -> list[str] | None:
+def _render_cmd(path: Path) -> list[str] | None:
     if shutil.which("man"):
-        return ["man", "-l", str(ROOT / "man" / "rsched.1")]
+        return ["man", "-l", str(path)]
     if shutil.which("groff"):
-        return ["groff", "-man", "-Tutf8", "-ww", str(ROOT / "man" / "rsched.1")]
+        return ["groff", "-man", "-Tutf8", "-ww", str(path)]
     return None
 
 
-def test_man_renders_without_warnings() -> None:
-    cmd = _render_cmd()
+@pytest.mark.parametrize(
+    "filename,expect",
+    [
+        ("rsched.1", ("rsched server", "EXIT STATUS", "CRON EXPRESSIONS")),
+        ("rsched.toml.5", ("password_file", "PARTITIONED QUEUES")),
+        ("rsched-operations.7", ("GUARANTEES", "SYSTEMD", "StateDirectory=rsched")),
+    ],
+)
+def test_man_renders_without_warnings(filename: str, expect: tuple[str, ...]) -> None:
+    path = ROOT / "man" / filename
+    cmd = _render_cmd(path)
     if cmd is None:
         pytest.skip("neither man nor groff is installed")
     env = {
@@ -115,10 +129,11 @@ def test_man_renders_without_warnings() -> None:
     import re
 
     plain = re.sub(".\b", "", res.stdout)  # man's overstrike bold/underline
-    assert "rsched server" in plain and "EXIT STATUS" in plain
+    for word in expect:
+        assert word in plain, word
     if shutil.which("groff"):  # strict: every warning category
         res = subprocess.run(
-            ["groff", "-man", "-Tutf8", "-ww", "-z", str(ROOT / "man" / "rsched.1")],
+            ["groff", "-man", "-Tutf8", "-ww", "-z", str(path)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -205,11 +220,9 @@ def test_check_flag_reports_stale_files(tmp_path: Path) -> None:
     gd = [sys.executable, "-m", "rsched.cli.gendocs", "--root", str(tmp_path)]
     res = subprocess.run([*gd, "--check"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 1
-    assert (
-        "completions/rsched.bash" in res.stderr
-        and "man/rsched.1" in res.stderr
-        and "README.md" in res.stderr
-    )
+    for name in ("completions/rsched.bash", "man/rsched.1", "man/rsched.toml.5", "README.md"):
+        assert name in res.stderr, name
+    assert "man/rsched-operations.7" in res.stderr
     assert subprocess.run(gd, capture_output=True, text=True, timeout=60, cwd=ROOT).returncode == 0
     res = subprocess.run([*gd, "--check"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 0, res.stderr
@@ -217,10 +230,7 @@ def test_check_flag_reports_stale_files(tmp_path: Path) -> None:
     assert readme.startswith("# x\n\nintro\n\n" + gendocs.BEGIN) and readme.endswith(
         gendocs.END + "\n\ntail\n"
     )
-    assert (
-        "### `rsched doctor`" in readme
-        and "old" not in readme.split(gendocs.BEGIN)[1].split("\n")[1]
-    )
+    assert "1. **No task is lost.**" in readme and "\nold\n" not in readme
 
 
 def test_readme_without_markers_is_left_alone() -> None:
@@ -242,3 +252,340 @@ def test_a_command_that_fails_to_import_is_skipped() -> None:
     assert skipped == ["rsched broken"]
     assert [n.name for n in tree.walk()] == ["rsched", "rsched ok"]
     assert "broken" not in tree.cmd.get_help(tree.ctx)
+
+
+# --- the README ------------------------------------------------------------------
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    """The fenced code blocks opened with ```LANG (fences paired in order)."""
+    out, body, opened = [], [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if opened is None:
+                opened, body = line[3:].strip(), []
+            else:
+                if opened == lang:
+                    out.append("\n".join(body) + "\n")
+                opened = None
+        elif opened is not None:
+            body.append(line)
+    return out
+
+
+def test_readme_is_short_and_its_guarantees_come_from_the_operations_page() -> None:
+    assert len(README.splitlines()) <= 300
+    assert "### `rsched" not in README  # the command reference lives in rsched(1)
+    summary = gendocs.guarantees_summary()
+    assert summary in README and summary.count("\n") == 8
+    tour = README.index("## Tour")
+    assert README.index("rsched server start") > tour  # the tour starts by getting a server
+    assert README.index("rsched server start") < README.index("rsched add", tour)
+
+
+def test_readme_test_command_is_the_one_ci_runs() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    cmd = "python -m pip install -e '.[test]' && python -m pytest"
+    assert cmd in README
+    assert "python -m pip install -q -e '.[test]' && python -m pytest" in ci
+
+
+def _readme_commands() -> list[list[str]]:
+    import shlex
+
+    out = []
+    for block in _blocks(README, "sh"):
+        for line in block.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line.startswith("# crontab: "):
+                line = line.split("* * * * * ", 1)[1]
+            for part in line.split(";"):
+                words = shlex.split(part, comments=True)
+                if words and words[0] == "rsched":
+                    out.append(words)
+    return out
+
+
+def test_every_readme_command_parses(tree: gendocs.Node) -> None:
+    """Each `rsched ...` line of the README names real commands and options."""
+    import click
+
+    from rsched.cli.main import cli
+
+    cmds = _readme_commands()
+    assert len(cmds) >= 15
+    for words in cmds:
+        ctx = cli.make_context("rsched", words[1:], resilient_parsing=False)
+        args = [
+            *ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", [])),
+            *ctx.args,
+        ]
+        cmd: click.Command = cli
+        while isinstance(cmd, click.Group) and args:
+            name, sub, args = cmd.resolve_command(ctx, args)
+            assert sub is not None, words
+            ctx = sub.make_context(name or "", args, parent=ctx)
+            cmd = sub
+            args = (
+                [
+                    *ctx.__dict__.get("_protected_args", ctx.__dict__.get("protected_args", [])),
+                    *ctx.args,
+                ]
+                if isinstance(sub, click.Group)
+                else []
+            )
+
+
+def test_readme_python_runs(tmp_path: Path, server: RedisServer, namespace: str) -> None:
+    """The README's Python section, against a real server, its handler run by a consumer."""
+    from rsched.api import Rsched
+
+    blocks = _blocks(README, "python")
+    assert len(blocks) == 2
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").write_text("")
+    (tmp_path / "shop" / "tasks.py").write_text(blocks[1])
+    url = f"redis://127.0.0.1:{server.port}/0"
+    code = blocks[0].replace(
+        'Rsched.from_url("redis://127.0.0.1:6379/0")', f"Rsched.from_url({url!r}, {namespace!r})"
+    )
+    assert code != blocks[0]
+    exec(compile(code, "README.md", "exec"), {})
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from shop.tasks import close  # type: ignore[import-not-found]
+
+        with Rsched.from_url(url, namespace) as rs:
+            assert {t.id for t in rs.list()} == {"1001", "weekly"}
+            rs.add("order.close", "1001", payload={"order": 1001}, if_exists="replace")  # due now
+            stats = rs.consumer(handlers={"order.close": close}, burst=True).run()
+            assert stats.ok == 1
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("shop.tasks", None)
+        sys.modules.pop("shop", None)
+
+
+# --- -v / -q after the command ---------------------------------------------------
+
+
+def test_verbose_and_quiet_work_after_the_command(cli: Cli) -> None:
+    said = cli("list", check=0).stderr
+    assert said.strip(), "an empty listing says so on stderr"
+    for args in (("-q", "list"), ("list", "-q"), ("list", "--quiet", "--json")):
+        res = cli(*args, check=0)
+        assert res.stderr == "", (args, res.stderr)
+    res = cli("locks", "-q", check=0)
+    assert res.stderr == ""
+    # -v after the command: a traceback with the error, as before it
+    bad = {"RSCHED_REDIS_URL": "redis://127.0.0.1:1/0"}
+    for args in (("-v", "queues"), ("queues", "-v")):
+        res = cli(*args, check=69, env=bad)
+        assert "Traceback" in res.stderr, (args, res.stderr)
+    assert "Traceback" not in cli("queues", check=69, env=bad).stderr
+    assert "-q, --quiet" in cli("run", "consumer", "--help", check=0).stdout
+    assert "-v, --verbose" in cli("server", "start", "--help", check=0).stdout
+    # not after a command that runs the user's: ./job -q without -- stays refused
+    res = cli("exec", "--lock", "x", "./job", "-q", check=2)
+    assert "No such option" in res.stderr
+    assert "--quiet" not in cli("run", "cron", "--help", check=0).stdout
+
+
+# --- completions and pages after a plain install ---------------------------------
+
+
+def _rsched(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rsched", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    "shell,filename", [("bash", "rsched.bash"), ("zsh", "_rsched"), ("fish", "rsched.fish")]
+)
+def test_completion_prints_the_generated_file(shell: str, filename: str) -> None:
+    res = _rsched("completion", shell)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (ROOT / "completions" / filename).read_text()
+
+
+def test_completion_install_writes_where_the_shell_looks(tmp_path: Path) -> None:
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    for shell, where in (
+        ("bash", tmp_path / "data" / "bash-completion" / "completions" / "rsched"),
+        ("zsh", tmp_path / "data" / "zsh" / "site-functions" / "_rsched"),
+        ("fish", tmp_path / "cfg" / "fish" / "completions" / "rsched.fish"),
+    ):
+        res = _rsched("completion", shell, "--install", env=env)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == str(where) and str(where) in res.stderr
+        assert where.read_text() == _rsched("completion", shell).stdout
+
+
+def test_man_prints_and_installs_every_page(tmp_path: Path) -> None:
+    for name, (_section, filename) in gendocs.PAGES.items():
+        res = _rsched("man", name)
+        assert res.returncode == 0, res.stderr
+        if name != "rsched-operations":  # that one names this rsched's path in its units
+            assert res.stdout == (ROOT / "man" / filename).read_text(), name
+        assert _rsched("man", filename).stdout == res.stdout
+    assert _rsched("man").stdout == (ROOT / "man" / "rsched.1").read_text()
+    res = _rsched("man", "nope")
+    assert res.returncode == 2 and "rsched-operations" in res.stderr
+    res = _rsched("man", "--install", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    for section, filename in gendocs.PAGES.values():
+        assert (tmp_path / f"man{section}" / filename).is_file()
+    import json
+
+    res = _rsched("man", "--install", str(tmp_path / "j"), "--json")
+    assert [r["page"] for r in json.loads(res.stdout)] == list(gendocs.PAGES)
+    out = json.loads(_rsched("man", "rsched.toml", "--json").stdout)
+    assert out == {"page": "rsched.toml", "roff": (ROOT / "man" / "rsched.toml.5").read_text()}
+    out = json.loads(_rsched("completion", "fish", "--json").stdout)
+    assert out["shell"] == "fish" and out["script"].startswith("# fish completion")
+
+
+def test_the_docs_generator_is_not_imported_at_run_time() -> None:
+    code = (
+        "import sys, rsched.api, rsched.cli.main, rsched.cli.docs_cmd, rsched.consumer.loop;"
+        "assert 'rsched.cli.gendocs' not in sys.modules, 'gendocs imported'"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+
+
+# --- systemd units ---------------------------------------------------------------
+
+
+def _units() -> dict[str, str]:
+    """The units of rsched-operations(7): each code block whose first line names one."""
+    md = (gendocs.MANUAL / "rsched-operations.7.md").read_text()
+    out = {}
+    for block in _blocks(md, ""):
+        first, _, body = block.partition("\n")
+        if first.startswith("# /etc/systemd/system/"):
+            out[first.rsplit("/", 1)[1]] = body
+    return out
+
+
+def test_units_are_correct_for_a_pip_install() -> None:
+    units = _units()
+    assert set(units) >= {
+        "rsched-consumer.service",
+        "rsched-report.service",
+        "cleanup.service",
+        "cleanup.timer",
+        "rsched-server.service",
+    }
+    for name, text in units.items():
+        if name.endswith(".service"):
+            assert f"ExecStart={gendocs.UNIT_PATH} " in text and "/usr/bin/rsched" not in text
+            assert "EnvironmentFile=" in text or "server" in name, name
+            assert "password" not in text.lower(), name  # secrets come from files
+        if "Type=notify" in text:
+            assert "TimeoutStopSec=" in text and "KillSignal=SIGTERM" in text, name
+    assert "StateDirectory=rsched" in units["rsched-server.service"]
+    assert "--dir /var/lib/rsched" in units["rsched-server.service"]
+    consumer = units["rsched-consumer.service"]
+    import re
+
+    grace = int(re.search(r"--grace (\d+)s", consumer).group(1))  # type: ignore[union-attr]
+    stop = int(re.search(r"TimeoutStopSec=(\d+)", consumer).group(1))  # type: ignore[union-attr]
+    assert stop > grace
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+def test_units_verify_with_systemd_analyze(tmp_path: Path) -> None:
+    exe = str(Path(sys.executable).parent / "rsched")  # this environment's (a venv's) rsched
+    if not Path(exe).is_file():
+        pytest.skip("no rsched executable to point ExecStart at")
+    names = []
+    for name, text in _units().items():
+        text = text.replace(gendocs.UNIT_PATH, exe).replace("/opt/report/run", "/bin/true")
+        text = text.replace("/opt/cleanup", "/bin/true")
+        (tmp_path / name).write_text(text)
+        names.append(str(tmp_path / name))
+    res = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *names],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0 and not res.stderr.strip(), res.stderr
+    # rsched man rsched-operations names the real rsched in its units
+    page = subprocess.run(
+        [exe, "man", "rsched-operations"], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "ExecStart=" + str(Path(exe).resolve().parent / "rsched").replace("-", "\\-") in page
+
+
+def test_the_config_page_documents_every_key_the_loader_accepts() -> None:
+    """rsched.toml(5) names each key the loader knows (its sets are the source), no other."""
+    import re
+
+    from rsched.core import config
+    from rsched.cron import runner
+
+    md = (gendocs.MANUAL / "rsched.toml.5.md").read_text()
+
+    def documented(section: str) -> set[str]:
+        body = md.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+        return {
+            k for line in re.findall(r"^- (.+?):", body, re.M) for k in re.findall(r"`(\w+)`", line)
+        }
+
+    assert documented("[redis]") == config._REDIS_KEYS
+    assert documented("[queues.NAME]") == config._QUEUE_KEYS
+    assert documented("[cron.NAME]") == runner._CONFIG_KEYS
+    for table in config._TOP_KEYS:
+        assert f"## [{table}" in md, table
+
+
+#: What each README command exits with on a fresh namespace, in the README's order
+#: (retry: the task is not dead; unlock: exec released the lock already).
+_TOUR_EXIT = {"doctor": (0, 1), "retry": (4,), "unlock": (3,)}
+
+
+def test_readme_tour_runs(cli: Cli, tmp_path: Path) -> None:
+    """Every command of the README's tour, as written, against a real server; the
+    loops with --burst (consumer) or until their first tick ran (cron)."""
+    import json
+
+    from tests.support import wait_for
+
+    for name in ("close-order", "job", "backup.sh"):
+        script = tmp_path / name
+        script.write_text("#!/bin/sh\nexit 0\n")
+        script.chmod(0o755)
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").write_text("")
+    (tmp_path / "shop" / "tasks.py").write_text(_blocks(README, "python")[1])
+    ran = []
+    for words in _readme_commands():
+        args = words[1:]
+        if args[:2] == ["server", "start"]:
+            continue  # the test's own server stands in for it
+        if args[:2] == ["run", "cron"]:
+            p = cli.spawn(*args)
+            wait_for(
+                lambda cron=args[2]: json.loads(cli("history", cron, "--json", check=0).stdout),
+                timeout=20,
+                what="the cron's first tick",
+            )
+            p.terminate()
+            assert p.wait(timeout=30) == 0
+        else:
+            if args[:2] == ["run", "consumer"]:
+                args = [*args, "--burst"]
+            res = cli(*args, env={"PYTHONPATH": str(tmp_path)})
+            assert res.returncode in _TOUR_EXIT.get(args[0], (0,)), (words, res.stderr)
+        ran.append(args[0])
+    assert len(ran) >= 17

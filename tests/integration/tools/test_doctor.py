@@ -148,8 +148,9 @@ def test_missing_acl_permission_fails(make_server, namespace: str) -> None:
 
 
 def readme_acl_line() -> str:
-    """The ``ACL SETUSER`` line of the README's "Least-privilege ACL user" section."""
-    text = (ROOT / "README.md").read_text()
+    """The ``ACL SETUSER`` line of rsched-operations(7)'s "Least-privilege ACL user"
+    section (the README's before the docs split)."""
+    text = (ROOT / "rsched" / "cli" / "manual" / "rsched-operations.7.md").read_text()
     section = text.split("### Least-privilege ACL user", 1)[1].split("\n## ", 1)[0]
     lines = re.findall(r"^ACL SETUSER .*$", section, re.M)
     assert len(lines) == 1, lines
