@@ -38,7 +38,7 @@ class FireMixin(TopologyMixin):
     def _fire(self, node: Node, raw: bytes, mode: str, client: Any = None) -> Any:
         """``expired-fire-4`` of ``raw`` on ``node`` (or in pipeline ``client``)."""
         return calls.expired_fire(
-            node,
+            node.lua,
             raw,
             self._keys(raw),
             mode=mode,

@@ -12,7 +12,7 @@ import redis
 
 from rsched.core import clients
 from rsched.core.timeutil import iso
-from rsched.lua.loader import Scripts
+from rsched.lua import calls
 
 
 @dataclass
@@ -30,9 +30,8 @@ class Node:
     connection_class: Any
     late: bool = False  # added after start (a promoted replica): check its notify config
     cmd: redis.Redis = field(init=False)
-    #: ``cmd`` again, under the name :mod:`rsched.lua.calls` takes a context by
-    redis: Any = field(init=False)
-    scripts: Scripts = field(init=False)
+    #: the Lua calls run on ``cmd`` (:mod:`rsched.lua.calls`)
+    lua: calls.Bound = field(init=False)
     kick: threading.Event = field(default_factory=threading.Event)
     #: set when the runner stops or the node is no longer a primary: its threads end
     halt: threading.Event = field(default_factory=threading.Event)
@@ -48,8 +47,8 @@ class Node:
     threads: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.cmd = self.redis = self.client()
-        self.scripts = Scripts(self.cmd)
+        self.cmd = self.client()
+        self.lua = calls.Bound(self.cmd)
 
     def client(self, **over: Any) -> redis.Redis:
         return clients.node_client({**self.kwargs, **over}, self.connection_class)  # type: ignore[no-any-return]

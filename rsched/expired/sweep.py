@@ -160,7 +160,7 @@ class SweepMixin(FireMixin):
     def _due(self, node: Node, ek: ExpiredKeys, offset: int, client: Any = None) -> Any:
         """A page of the overdue entries of armed set ``ek`` (``expired-due-1``)."""
         return calls.expired_due(
-            node,
+            node.lua,
             ek.armed,
             grace_ms=self.sweep_grace_ms,
             offset=offset,

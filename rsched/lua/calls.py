@@ -29,6 +29,15 @@ class Ctx(Protocol):
     scripts: Scripts
 
 
+class Bound:
+    """A :class:`Ctx` of one client of its own (a node of a cluster, a connection
+    that is not the context's): the calls run there."""
+
+    def __init__(self, client: Any):
+        self.redis = client
+        self.scripts = Scripts(client)
+
+
 # === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6 ================
 #
 # (the queue's calls go here)
