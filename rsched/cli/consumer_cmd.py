@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import click
 
 from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, pass_app
-from rsched.core.errors import BadInput, ConfigError, ExitCode
+from rsched.core.errors import BadInput, ExitCode
 
 
 def _pairs(values: tuple[str, ...], flag: str, form: str) -> list[tuple[str, str]]:
@@ -30,36 +29,16 @@ def build_handlers(
 ) -> Any:
     """Config ``[handlers]`` first, then ``--handler`` / ``--call`` (flags win per TYPE).
     ``id_arg``: for command handlers that do not set their own (``--id-arg``)."""
-    from rsched.consumer.loop import (
-        CommandHandler,
-        HandlerTable,
-        _check_pattern,
-        load_callable,
-        make_handler,
-    )
+    from rsched.consumer import handlers as h
 
-    table: dict[str, Any] = {}
-    for t, spec in config_handlers.items():
-        try:
-            _check_pattern(t, f"handlers.{t}")
-            table[t] = make_handler(spec, f"handlers.{t}", id_arg)
-        except BadInput as exc:
-            raise ConfigError(f"config: {exc}") from None
+    table: dict[str, Any] = h.config_handlers(config_handlers, id_arg)
     for t, cmd in _pairs(handler, "--handler", "TYPE=COMMAND (like order.close=./close-order)"):
-        _check_pattern(t, "--handler")
-        h = make_handler(cmd, f"--handler {t}", id_arg)
-        if isinstance(h, CommandHandler) and shutil.which(h.argv[0]) is None:
-            raise BadInput(
-                f"--handler {t}",
-                f"{h.argv[0]!r} is not an executable file here or on PATH",
-            )
-        table[t] = h
+        table[t] = h.command_handler(t, cmd, id_arg)
     for t, spec in _pairs(
         call, "--call", "TYPE=MODULE:FUNCTION (like order.close=shop.tasks:close)"
     ):
-        _check_pattern(t, "--call")
-        table[t] = load_callable(spec, f"--call {t}")
-    return HandlerTable(table)
+        table[t] = h.call_handler(t, spec)
+    return h.handler_table(table)
 
 
 @click.command()
@@ -160,55 +139,34 @@ def consumer(
     second signal stops at once. Unfinished tasks are released back to due.
     Exit 0 after SIGTERM, 130 after SIGINT (Ctrl-C).
     """
-    from rsched.consumer.loop import Consumer, _from_config, _ms, _positive_int, queue_options
-    from rsched.core import validate
+    from rsched.consumer.loop import Consumer
+    from rsched.consumer.options import check_queues, consumer_options
 
-    names = list(queues) or ["default"]
-    for q in names:
-        validate.queue(q)
+    names = check_queues(list(queues) or ["default"])
     table = build_handlers(app.settings.handlers, handler, call, id_arg)
-    if not len(table):
-        raise BadInput(
-            "--handler",
-            "no handlers: give --handler TYPE=COMMAND, --call TYPE=MODULE:FUNCTION "
-            "or a [handlers] section in the config file",
-        )
-    kw: dict[str, Any] = {}
-    if concurrency is not None:
-        kw["concurrency"] = _positive_int(concurrency, "--concurrency", 1024)
-    if partitions is not None:
-        from rsched.queue.queues import check_count
-
-        kw["partitions"] = check_count(partitions)
-    if max_attempts is not None:
-        validate.max_attempts(max_attempts)
-        kw["max_attempts"] = int(max_attempts)
-    for name, value, flag in (
-        ("lease_ms", lease, "--lease"),
-        ("backoff_ms", backoff, "--backoff"),
-        ("backoff_max_ms", backoff_max, "--backoff-max"),
-        ("timeout_ms", timeout, "--timeout"),
-        ("grace_ms", grace, "--grace"),
-    ):
-        if value is not None:
-            kw[name] = _ms(value, flag)
-    opt_kw = {k: v for k, v in kw.items() if k not in ("concurrency", "grace_ms", "partitions")}
-    for q in names:
-        queue_options(app.settings, q, **opt_kw)
-    _from_config(app.settings, names[0], "concurrency", _positive_int)
-    _from_config(app.settings, names[0], "grace", _ms)
+    opts = consumer_options(
+        app.settings,
+        names,
+        concurrency=concurrency,
+        partitions=partitions,
+        max_attempts=max_attempts,
+        lease_ms=lease,
+        backoff_ms=backoff,
+        backoff_max_ms=backoff_max,
+        timeout_ms=timeout,
+        grace_ms=grace,
+    )
     check_metrics_port(metrics_port)
     # Everything is checked; only now touch Redis.
     start_loop(app, metrics_port)
     c = Consumer(
         app.rs,
-        names,
-        table,
+        handlers=table,
+        options=opts,
         burst=burst,
         verbose=app.verbose,
         quiet=app.quiet,
         log=app.log,
-        **kw,
     )
     c.run()
     if c.interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)

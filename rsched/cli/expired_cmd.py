@@ -1,8 +1,7 @@
-"""`rsched run expired`: parse and validate, then hand over to rsched.expired.runner."""
+"""`rsched run expired`: parse, check the options (rsched.expired.options), then hand
+over to rsched.expired.runner."""
 
 from __future__ import annotations
-
-import shutil
 
 import click
 
@@ -105,13 +104,11 @@ def expired(
     stdin. SIGTERM/SIGINT stop listening and give running handlers 30s (a
     second signal stops at once); exit 0 after SIGTERM, 130 after SIGINT.
     """
-    from rsched.consumer.loop import _ms, _positive_int
-    from rsched.expired.runner import DEFAULT_CLAIM_WINDOW_MS, ExpiredRunner, check_pattern
-    from rsched.runtime.proc import split_command
+    from rsched.expired.options import expired_options
+    from rsched.expired.runner import ExpiredRunner
 
     if not pattern:
         raise BadInput("--pattern", "is required, like --pattern 'order:timeout:*'")
-    check_pattern(pattern)
     if handler and command:
         raise BadInput("--handler", "give the command once: either --handler CMD or -- CMD")
     if not handler and not command:
@@ -119,37 +116,19 @@ def expired(
             "--handler",
             "give the command to run, like --handler ./close-order or -- ./close-order",
         )
-    argv = split_command(handler if handler else list(command), "--handler")
-    if shutil.which(argv[0]) is None:
-        raise BadInput("--handler", f"{argv[0]!r} is not an executable file here or on PATH")
-    db_n: int | None = None
-    if db is not None:
-        try:
-            db_n = int(db)
-        except ValueError:
-            db_n = -1
-        if db_n < 0:
-            raise BadInput("--db", f"{db!r} is not a database number (0 or more)")
-    conc = _positive_int(concurrency, "--concurrency", 1024) if concurrency is not None else 1
-    timeout_ms = _ms(timeout, "--timeout") if timeout is not None else None
-    window_ms = _ms(claim_window, "--claim-window") if claim_window else DEFAULT_CLAIM_WINDOW_MS
-    if window_ms < 100:
-        raise BadInput("--claim-window", f"{claim_window!r} is too short; give at least 100ms")
-    # Everything is checked; only now touch Redis.
-    runner = ExpiredRunner(
-        app.rs,
+    opts = expired_options(
         pattern,
-        argv,
-        db=db_n,
+        handler if handler else list(command),
+        db=db,
         backup_sweep=backup_sweep,
-        concurrency=conc,
-        timeout_ms=timeout_ms,
-        claim_window_ms=window_ms,
+        concurrency=1 if concurrency is None else concurrency,
+        timeout_ms=timeout,
+        claim_window_ms=claim_window,
         set_notify=set_notify,
-        verbose=app.verbose,
-        quiet=app.quiet,
-        log=app.log,
+        on_path=True,
     )
+    # Everything is checked; only now touch Redis.
+    runner = ExpiredRunner(app.rs, options=opts, verbose=app.verbose, quiet=app.quiet, log=app.log)
     runner.run()
     if runner.interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: 0)
         raise SystemExit(int(ExitCode.INTERRUPTED))

@@ -29,80 +29,50 @@ before any write but the registration; the consumer asks for the checks on
 its first claim of each queue and after any error, so a namespace collision
 still stops it with a clear message.
 
-Handlers are decided by the consumer's own configuration (task type ->
-handler), never by what is stored in Redis:
-
-* a command (argv list, or a string split like a shell would, never run by
-  one): the task ID is appended as the last argument, ``RSCHED_*`` variables
-  describe the task, the payload JSON arrives on stdin, exit status 0 acks;
-  the process group is killed on timeout, on a lost lease and at the end of
-  the shutdown grace period;
-
-  an ID is data, and one that begins with ``-`` would reach the program as an
-  option (``--output=FILE`` made ``sort`` write a file, ``--help`` made an
-  argparse handler exit 0 and the task was acked unprocessed). So by default
-  (``id_arg = "auto"``) such an ID gets the end-of-options marker before it,
-  ``-- -ID``, which getopt, argparse, click and the coreutils all honour; any
-  other ID is passed exactly as before (``./close-order 1001``), and the ID is
-  always the last argument. ``"none"`` passes no ID argument (the handler
-  reads ``RSCHED_TASK_ID``); ``"plain"`` opts out (the ID as is, even
-  ``--help``: only for a program that takes no options);
-* a Python callable ``fn(task)`` (or ``"module:function"`` /
-  ``"python:module:function"``): returning acks, raising fails. A callable
-  cannot be killed, so ``timeout`` only applies to commands.
-
-``*`` catches every type without its own handler, and a key with ``*``
-inside (``report.*``) matches like a shell glob. A consumer claims only the
-types it can run: ``claim-11`` gets its handlers as anchored Lua patterns
-and leaves every other due task due, *parked* in its type's lane of the
-sched set (see rsched/core/keys.py), where a consumer that runs that type (or a
-``*`` one) takes it with one range read and the others never read it again.
-The types each consumer runs are registered beside it (``handles``), so
-``rsched queues`` shows the due tasks no live consumer can run.
+What runs a task is :mod:`rsched.consumer.handlers` (the configured table, type
+-> handler; commands run by :mod:`rsched.runtime.handlers`); the queue options
+and the whole consumer configuration, validated before any Redis I/O, are
+:mod:`rsched.consumer.options`.
 """
 
 from __future__ import annotations
 
 import collections
-import fnmatch
-import importlib
 import json
 import os
 import queue as queue_mod
 import random
 import secrets
 import select
-import signal
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from rsched.core import validate
-from rsched.core.conn import cluster_clone, is_cluster
-from rsched.core.errors import BadInput, ConfigError, map_error
-from rsched.core.keys import logical_queue as _logical_queue
-from rsched.core.keys import member as make_member
-from rsched.core.timeutil import iso, parse_duration
+from rsched.consumer.handlers import (
+    Handler,
+    HandlerTable,
+    PythonHandler,
+    Task,
+    command_for,
+    handler_table,
+)
+from rsched.consumer.options import ConsumerOptions, QueueOptions, consumer_options
+from rsched.core import clients
+from rsched.core.conn import is_cluster
+from rsched.core.errors import map_error
 from rsched.core.transient import TRANSIENT
+from rsched.lua import calls
 from rsched.queue import queues as _partitions
+from rsched.runtime import handlers as run_handlers
 from rsched.runtime import systemd
 from rsched.runtime.loop import LineLog, stop_signals
-from rsched.runtime.proc import Child, child_env, split_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
-    from rsched.core.config import Settings
 
-DEFAULT_LEASE_MS = 60_000
-DEFAULT_BACKOFF_MS = 1_000
-DEFAULT_BACKOFF_MAX_MS = 600_000
-DEFAULT_GRACE_MS = 30_000
 #: Longest idle sleep: the consumer re-registers, and learns of leases other consumers
 #: took, at least this often (also the waker's ``BZPOPMIN`` timeout).
 IDLE_CAP_MS = 10_000
@@ -131,318 +101,6 @@ CANCEL_GRACE_MAX_S = 10.0
 #: Compact JSON for history records (one encoder, not one per record).
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
-# --------------------------------------------------------------------------- tasks
-
-
-@dataclass(slots=True)
-class Task:
-    """What a handler is given: one claimed run of a task."""
-
-    type: str
-    id: str
-    queue: str
-    payload: Any
-    attempt: int
-    max_attempts: int
-    due_ms: int
-    token: str
-    payload_json: str = "null"
-    last_error: str | None = None
-    #: Set when the task is cancelled (``rsched cancel``) while it runs; a Python
-    #: handler checks :attr:`cancelled` (or waits on this event) and stops early.
-    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def due_at(self) -> str:
-        return iso(self.due_ms) or ""
-
-    @property
-    def cancelled(self) -> bool:
-        """True once ``rsched cancel`` removed this task: its result will not count."""
-        return self.cancel_event.is_set()
-
-    @property
-    def member(self) -> str:
-        return make_member(self.type, self.id)
-
-
-# --------------------------------------------------------------------------- handlers
-
-
-#: How a command handler gets the task ID as an argument (see the module doc).
-ID_ARGS = ("auto", "plain", "none")
-
-
-def check_id_arg(value: Any, field: str = "--id-arg") -> str:
-    if value not in ID_ARGS:
-        raise BadInput(
-            field,
-            f"{value!r} is not one of {', '.join(ID_ARGS)} (auto: -- before an ID that begins "
-            "with -; plain: the ID as is; none: no ID argument, RSCHED_TASK_ID only)",
-        )
-    return str(value)
-
-
-@dataclass(frozen=True)
-class CommandHandler:
-    argv: tuple[str, ...]
-    id_arg: str = "auto"
-
-    def __str__(self) -> str:
-        return " ".join(self.argv)
-
-    def command(self, task_id: str) -> list[str]:
-        """The argv for one task: the ID last, safe from being read as an option."""
-        if self.id_arg == "none":
-            return list(self.argv)
-        if self.id_arg == "auto" and task_id.startswith("-"):
-            return [*self.argv, "--", task_id]
-        return [*self.argv, task_id]
-
-
-@dataclass(frozen=True)
-class PythonHandler:
-    fn: Callable[[Task], Any]
-    name: str
-
-    def __str__(self) -> str:
-        return f"python:{self.name}"
-
-
-Handler = CommandHandler | PythonHandler
-
-
-def load_callable(spec: str, field: str = "--call") -> PythonHandler:
-    """``"package.module:function"`` -> the callable (imported now, so errors show early)."""
-    mod_name, sep, attr = spec.strip().partition(":")
-    if not sep or not mod_name or not attr:
-        raise BadInput(field, f"{spec!r} is not MODULE:FUNCTION (like reports.jobs:run_daily)")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)  # as `python -m` would: handlers next to the config work
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is bad input
-        raise BadInput(field, f"cannot import {mod_name!r} ({type(exc).__name__}: {exc})") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise BadInput(field, f"{mod_name!r} has no attribute {attr!r}") from None
-    if not callable(obj):
-        raise BadInput(field, f"{spec!r} is not callable")
-    return PythonHandler(obj, f"{mod_name}:{attr}")
-
-
-def make_handler(spec: Any, field: str = "--handler", id_arg: str | None = None) -> Handler:
-    """A handler from a callable, an argv list, ``"python:mod:fn"``, a command string,
-    or a table ``{"command": ..., "id_arg": "auto" | "plain" | "none"}``. ``id_arg``:
-    the default for a command that does not set its own."""
-    if isinstance(spec, CommandHandler | PythonHandler):
-        return spec
-    if isinstance(spec, Mapping):
-        unknown = set(spec) - {"command", "id_arg"}
-        if unknown or "command" not in spec:
-            raise BadInput(
-                field,
-                "a handler table takes command (required) and id_arg"
-                + (f", not {sorted(unknown)[0]}" if unknown else ""),
-            )
-        mode = check_id_arg(spec.get("id_arg", id_arg or "auto"), f"{field}.id_arg")
-        cmd = spec["command"]
-        if not isinstance(cmd, str | list | tuple):
-            raise BadInput(f"{field}.command", "is not a command string or an argument list")
-        return CommandHandler(tuple(split_command(cmd, field)), mode)
-    if callable(spec):
-        name = f"{getattr(spec, '__module__', '?')}:{getattr(spec, '__qualname__', repr(spec))}"
-        return PythonHandler(spec, name)
-    if isinstance(spec, str) and spec.strip().startswith("python:"):
-        return load_callable(spec.strip()[len("python:") :], field)
-    if isinstance(spec, str | list | tuple):
-        mode = check_id_arg(id_arg, "--id-arg") if id_arg is not None else "auto"
-        return CommandHandler(tuple(split_command(spec, field)), mode)
-    raise BadInput(field, f"{spec!r} is not a command, an argument list or a Python callable")
-
-
-def _check_pattern(pattern: str, field: str) -> str:
-    if pattern == "*":
-        return pattern
-    if "*" in pattern or "?" in pattern:
-        validate.task_type(pattern.replace("*", "x").replace("?", "x"), field)
-        return pattern
-    return validate.task_type(pattern, field)
-
-
-class HandlerTable:
-    """Task type -> handler: exact types first, then glob patterns (longest
-    first), then ``*``."""
-
-    def __init__(self, handlers: Mapping[str, Any], field: str = "--handler"):
-        self.exact: dict[str, Handler] = {}
-        self.patterns: list[tuple[str, Handler]] = []
-        self.fallback: Handler | None = None
-        for pattern, spec in handlers.items():
-            _check_pattern(pattern, field)
-            h = make_handler(spec, f"{field} {pattern}")
-            if pattern == "*":
-                self.fallback = h
-            elif "*" in pattern or "?" in pattern:
-                self.patterns.append((pattern, h))
-            else:
-                self.exact[pattern] = h
-        self.patterns.sort(key=lambda p: -len(p[0]))
-        self._cache: dict[str, Handler | None] = {}
-
-    def __len__(self) -> int:
-        return len(self.exact) + len(self.patterns) + (self.fallback is not None)
-
-    @property
-    def has_commands(self) -> bool:
-        every = [*self.exact.values(), *(h for _, h in self.patterns)]
-        if self.fallback is not None:
-            every.append(self.fallback)
-        return any(isinstance(h, CommandHandler) for h in every)
-
-    def get(self, task_type: str) -> Handler | None:
-        try:
-            return self._cache[task_type]
-        except KeyError:
-            pass
-        h = self.exact.get(task_type)
-        if h is None:
-            for pattern, ph in self.patterns:
-                if fnmatch.fnmatchcase(task_type, pattern):
-                    h = ph
-                    break
-        if h is None:
-            h = self.fallback
-        if len(self._cache) < 10_000:
-            self._cache[task_type] = h
-        return h
-
-    def describe(self) -> str:
-        items = [*self.exact, *(p for p, _ in self.patterns)]
-        if self.fallback is not None:
-            items.append("*")
-        return ", ".join(items)
-
-    def globs(self) -> list[str]:
-        """The types this table runs, as the globs ``rsched queues`` matches: ``["*"]``
-        with a fallback."""
-        if self.fallback is not None:
-            return ["*"]
-        return [*self.exact, *(p for p, _ in self.patterns)]
-
-    def lua_patterns(self) -> list[str]:
-        """The types this table runs, as anchored Lua patterns for ``claim-11``; empty
-        with a fallback (every type)."""
-        if self.fallback is not None:
-            return []
-        return [lua_pattern(g) for g in self.globs()]
-
-
-def lua_pattern(glob: str) -> str:
-    """A type glob (``*``, ``?``, and type characters) -> an anchored Lua pattern that
-    matches the same types as ``fnmatch.fnmatchcase``."""
-    out = ["^"]
-    for ch in glob:
-        if ch == "*":
-            out.append(".*")
-        elif ch == "?":
-            out.append(".")
-        elif ch.isalnum() or ch == "_":
-            out.append(ch)
-        else:
-            out.append("%" + ch)  # . - : and anything else: literal
-    out.append("$")
-    return "".join(out)
-
-
-# --------------------------------------------------------------------------- options
-
-
-@dataclass(frozen=True)
-class QueueOptions:
-    lease_ms: int
-    max_attempts: int  # for tasks added without their own
-    timeout_ms: int | None
-    backoff_ms: int
-    backoff_max_ms: int
-
-
-def _ms(value: Any, field: str) -> int:
-    if isinstance(value, bool):
-        raise BadInput(field, f"{value!r} is not a duration")
-    if isinstance(value, int | float):
-        if value <= 0:
-            raise BadInput(field, f"{value!r} must be a positive number of milliseconds")
-        return int(value)
-    return parse_duration(str(value), field)
-
-
-def _positive_int(value: Any, field: str, limit: int = 10_000) -> int:
-    if isinstance(value, bool) or (
-        isinstance(value, str) and not (value.strip().isascii() and value.strip().isdigit())
-    ):
-        raise BadInput(field, f"{value!r} is not a whole number from 1 to {limit}")
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise BadInput(field, f"{value!r} is not a whole number from 1 to {limit}") from None
-    if isinstance(value, float) and value != n or not 1 <= n <= limit:
-        raise BadInput(field, f"{value!r} is not a whole number from 1 to {limit}")
-    return n
-
-
-def _from_config(
-    settings: Settings | None, queue: str, key: str, parse: Callable[[Any, str], Any]
-) -> Any:
-    if settings is None:
-        return None
-    value = settings.queue_options(queue).get(key)
-    if value is None:
-        return None
-    try:
-        return parse(value, f"queues.{queue}.{key}")
-    except BadInput as exc:
-        raise ConfigError(f"config {settings.config_path}: {exc}") from None
-
-
-def queue_options(
-    settings: Settings | None,
-    queue: str,
-    *,
-    lease_ms: Any = None,
-    max_attempts: Any = None,
-    timeout_ms: Any = None,
-    backoff_ms: Any = None,
-    backoff_max_ms: Any = None,
-) -> QueueOptions:
-    """Explicit values win; then ``[queues.Q]`` in the config file; then the defaults."""
-
-    def pick(
-        explicit: Any, key: str, flag: str, parse: Callable[[Any, str], Any], default: Any
-    ) -> Any:
-        if explicit is not None:
-            return parse(explicit, flag)
-        v = _from_config(settings, queue, key, parse)
-        return default if v is None else v
-
-    lease = pick(lease_ms, "lease", "--lease", _ms, DEFAULT_LEASE_MS)
-    if lease < 300:
-        raise BadInput("--lease", f"{lease}ms is too short; give at least 300ms")
-    ma = pick(max_attempts, "max_attempts", "--max-attempts", validate.max_attempts, None)
-    if ma is None:
-        from rsched.core.defaults import DEFAULT_MAX_ATTEMPTS
-
-        ma = DEFAULT_MAX_ATTEMPTS
-    backoff = pick(backoff_ms, "backoff", "--backoff", _ms, DEFAULT_BACKOFF_MS)
-    cap = pick(backoff_max_ms, "backoff_max", "--backoff-max", _ms, DEFAULT_BACKOFF_MAX_MS)
-    if cap < backoff:
-        raise BadInput("--backoff-max", f"{cap}ms is shorter than --backoff ({backoff}ms)")
-    timeout = pick(timeout_ms, "timeout", "--timeout", _ms, None)
-    return QueueOptions(lease, int(ma), timeout, backoff, cap)
-
 
 def backoff_delay_ms(
     attempt: int, base_ms: int, cap_ms: int, rnd: random.Random | None = None
@@ -450,9 +108,6 @@ def backoff_delay_ms(
     """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**(attempt-1))]."""
     exp = min(cap_ms, base_ms * (2 ** min(max(attempt - 1, 0), 40)))
     return int((rnd or random).uniform(0, exp))
-
-
-# --------------------------------------------------------------------------- internals
 
 
 class _Notifier:
@@ -501,7 +156,7 @@ class _Held:
         "handler",
         "claim_mono",
         "claim_server_ms",
-        "child",
+        "run",
         "started_mono",
         "cancelled",
         "result",
@@ -517,7 +172,7 @@ class _Held:
         self.handler = handler
         self.claim_mono = claim_mono
         self.claim_server_ms = claim_server_ms
-        self.child: Child | None = None
+        self.run: run_handlers.HandlerRun | None = None
         self.started_mono: float | None = None
         self.cancelled: str | None = None  # "lease lost" | "shutdown" | "cancelled"
         self.result: str | None = None  # ok | failed | timeout | unstarted
@@ -527,22 +182,15 @@ class _Held:
 
     def kill(self, reason: str) -> None:
         self.cancelled = reason
-        child = self.child
-        if child is not None and child.popen is not None and child.poll() is None:
-            child.killed = child.killed or reason
-            child.signal_group(signal.SIGKILL)
+        if self.run is not None:
+            self.run.kill(reason)
 
     def cancel(self) -> bool:
         """``rsched cancel`` removed the task: tell a Python handler, SIGTERM a command's
         process group (the caller SIGKILLs it after the grace). True if a child runs."""
         self.cancelled = self.cancelled or "cancelled"
         self.task.cancel_event.set()
-        child = self.child
-        if child is not None and child.popen is not None and child.poll() is None:
-            child.killed = child.killed or "cancelled"
-            child.signal_group(signal.SIGTERM)
-            return True
-        return False
+        return self.run is not None and self.run.terminate("cancelled")
 
 
 class _QueueState:
@@ -550,7 +198,6 @@ class _QueueState:
         "name",
         "keys",
         "opts",
-        "claim_keys",
         "next_due",
         "next_lease",
         "paused",
@@ -563,19 +210,6 @@ class _QueueState:
         self.name = name
         self.keys = keys
         self.opts = opts
-        self.claim_keys = [
-            keys.sched,
-            keys.proc,
-            keys.dead,
-            keys.tasks,
-            keys.wake,
-            keys.seq,
-            keys.paused,
-            keys.consumers,
-            keys.history,
-            keys.lanes,
-            keys.handles,
-        ]
         self.next_due = -1  # server ms, -1 none
         self.next_lease = -1
         self.paused = False
@@ -605,8 +239,9 @@ class Consumer:
     ``lease_ms``, ``max_attempts`` (the default for tasks added without one),
     ``timeout_ms``, ``backoff_ms``, ``backoff_max_ms``, ``concurrency`` and
     ``grace_ms`` default to the ``[queues.Q]`` section of the config file,
-    then to built-in defaults. ``burst`` returns once nothing is due and
-    nothing is running.
+    then to built-in defaults (:func:`rsched.consumer.options.consumer_options`;
+    or give ``options``, built by it, instead of them and ``queues``). ``burst``
+    returns once nothing is due and nothing is running.
     """
 
     def __init__(
@@ -624,49 +259,37 @@ class Consumer:
         burst: bool = False,
         *,
         partitions: int | None = None,
+        options: ConsumerOptions | None = None,
         log: Callable[[str], None] | None = None,
         verbose: int = 0,
         quiet: bool = False,
         install_signals: bool | None = None,
     ):
         self.rs = rs
-        if isinstance(queues, str):
-            queues = [queues]
-        names = list(dict.fromkeys(validate.queue(q) for q in queues))
-        if not names:
-            raise BadInput("--queue", "give at least one queue")
-        self.handlers = (
-            handlers if isinstance(handlers, HandlerTable) else HandlerTable(handlers or {})
-        )
-        if not len(self.handlers):
-            raise BadInput(
-                "--handler",
-                "no handlers: give --handler TYPE=COMMAND, --call TYPE=MODULE:FUNCTION "
-                "or a [handlers] section in the config file",
-            )
-        first = names[0]
-        if concurrency is None:
-            concurrency = _from_config(rs.settings, first, "concurrency", _positive_int) or 1
-        self.concurrency = _positive_int(concurrency, "--concurrency", 1024)
-        if grace_ms is None:
-            grace_ms = _from_config(rs.settings, first, "grace", _ms)
-        self.grace_ms = DEFAULT_GRACE_MS if grace_ms is None else _ms(grace_ms, "--grace")
-        self.queues: list[_QueueState] = []
-        stored: dict[str, list[str]] = {}
-        for q in names:  # a partitioned queue: every partition, each a queue of its own
-            stored[q] = _partitions.names(rs, q, partitions)
-        for q in names:
-            opts = queue_options(
+        self.handlers = handler_table(handlers)
+        if options is None:
+            options = consumer_options(
                 rs.settings,
-                q,
+                queues,
+                concurrency=concurrency,
                 lease_ms=lease_ms,
                 max_attempts=max_attempts,
-                timeout_ms=timeout_ms,
                 backoff_ms=backoff_ms,
                 backoff_max_ms=backoff_max_ms,
+                timeout_ms=timeout_ms,
+                grace_ms=grace_ms,
+                partitions=partitions,
             )
+        self.options = options
+        self.concurrency = options.concurrency
+        self.grace_ms = options.grace_ms
+        self.queues: list[_QueueState] = []
+        stored: dict[str, list[str]] = {}
+        for q in options.queues:  # a partitioned queue: every partition, each a queue of its own
+            stored[q] = _partitions.names(rs, q, options.partitions)
+        for q in options.queues:
             for name in stored[q]:
-                self.queues.append(_QueueState(name, rs.keys.queue(name), opts))
+                self.queues.append(_QueueState(name, rs.keys.queue(name), options.per_queue[q]))
         self._by_name = {qs.name: qs for qs in self.queues}
         self.burst = bool(burst)
         self.verbose = verbose
@@ -802,23 +425,15 @@ class Consumer:
             self._workers.append(t)
         keys = [qs.keys.wake for qs in self.queues]
         block_s = self._idle_s + 10.0  # longer than any block
+        self._waker_client = clients.clone(self.rs.redis, socket_timeout=block_s, max_connections=2)
         if is_cluster(self.rs.redis):
             # A multi-key BZPOPMIN must stay in one slot: one listener per slot
             # (per queue partition), all on one cluster client of their own.
-            self._waker_client = cluster_clone(self.rs.redis, socket_timeout=block_s)
             by_slot: dict[int, list[str]] = {}
             for k in keys:
                 by_slot.setdefault(self._waker_client.keyslot(k), []).append(k)
             groups = list(by_slot.values())
         else:
-            pool = self.rs.redis.connection_pool
-            kwargs = dict(pool.connection_kwargs)
-            kwargs["socket_timeout"] = block_s
-            self._waker_client = redis.Redis(
-                connection_pool=redis.ConnectionPool(
-                    connection_class=pool.connection_class, max_connections=2, **kwargs
-                )
-            )
             groups = [keys]
         for i, group in enumerate(groups):
             name = "rsched-waker" if len(groups) == 1 else f"rsched-waker-{i}"
@@ -898,9 +513,8 @@ class Consumer:
         if self._kill_at:
             due = [(t, h) for t, h in self._kill_at if t <= now]
             for _, h in due:
-                child = h.child
-                if child is not None and child.popen is not None and child.poll() is None:
-                    child.signal_group(signal.SIGKILL)
+                if h.run is not None:
+                    h.run.kill("cancelled")
             self._kill_at = [(t, h) for t, h in self._kill_at if t > now and h.result is None]
 
     def _stop_waker(self) -> None:
@@ -908,14 +522,8 @@ class Consumer:
         its own release pushes) meant for a consumer that can take the work."""
         self._closed = True
         self._waker_armed.set()
-        if self._waker_client is not None:
-            try:  # shuts the socket down under a blocked BZPOPMIN
-                if is_cluster(self._waker_client):
-                    self._waker_client.disconnect_connection_pools()
-                else:
-                    self._waker_client.connection_pool.disconnect()
-            except Exception:  # noqa: BLE001
-                pass
+        if self._waker_client is not None:  # shuts the socket down under a blocked BZPOPMIN
+            clients.close(self._waker_client)
 
     def _close(self) -> None:
         self._stop_waker()
@@ -994,45 +602,24 @@ class Consumer:
             h.result, h.error = "failed", f"no handler for {task.type}"
             return
         if isinstance(handler, PythonHandler):
-            try:
-                handler.fn(task)
+            done = run_handlers.call(handler.fn, task)
+            if done.ok:
                 h.result = "ok"
-            except BaseException as exc:  # noqa: BLE001 - a handler's failure is the task's
-                h.result = "failed"
-                tail = "".join(traceback.format_exception(exc)[-3:]).strip()
-                h.error = f"{type(exc).__name__}: {exc}\n{tail}"[-4000:]
-            dur = time.monotonic() - h.started_mono
-            h.duration_ms = int(dur * 1000)
-            self._py_avg_s = self._py_avg_s * 0.9 + dur * 0.1
+            else:
+                h.result, h.error = "failed", done.error[-4000:]
+            h.duration_ms = done.duration_ms
+            self._py_avg_s = self._py_avg_s * 0.9 + done.duration_s * 0.1
             return
         opts = self._by_name[task.queue].opts
-        env = child_env(
-            {
-                "RSCHED_QUEUE": _logical_queue(task.queue),
-                "RSCHED_TASK_TYPE": task.type,
-                "RSCHED_TASK_ID": task.id,
-                "RSCHED_ATTEMPT": str(task.attempt),
-                "RSCHED_MAX_ATTEMPTS": str(task.max_attempts),
-                "RSCHED_DUE_AT": task.due_at,
-                "RSCHED_CLAIM_TOKEN": task.token,
-            }
-        )
-        child = Child(
-            handler.command(task.id),
-            env=env,
-            stdin_data=task.payload_json.encode("utf-8") + b"\n",
-        )
-        h.child = child
+        run = h.run = run_handlers.HandlerRun(command_for(task, handler, opts.timeout_ms))
+        run.start()
         if h.cancelled:  # lost / shut down while starting
             h.kill(h.cancelled)
-        res = child.wait(opts.timeout_ms / 1000.0 if opts.timeout_ms else None)
+        res = run.wait()
         h.duration_ms = res.duration_ms
         h.exit_code = res.exit_code
-        if res.ok:
-            h.result = "ok"
-        else:
-            h.result = "timeout" if res.timed_out else "failed"
-            h.error = res.describe()
+        h.result = res.result
+        h.error = res.error
 
     # ------------------------------------------------------------------ the loop
 
@@ -1122,53 +709,51 @@ class Consumer:
 
     def _claim(self, qs: _QueueState, n: int, per_slot: int) -> int:
         t0 = time.monotonic()
-        out = self.rs.scripts(
-            "claim-11",
-            qs.claim_keys,
-            [
-                n,
-                qs.opts.lease_ms,
-                self.id,
-                REGISTRATION_TTL_MS,
-                REAP_LIMIT,
-                self.rs.history_maxlen,
-                qs.name,
-                qs.opts.max_attempts,
-                0 if qs.checked else 1,
-                self._handles_json,
-                PARK_LIMIT,
-                *self._type_patterns,
-            ],
+        out = calls.claim(
+            self.rs,
+            qs.keys,
+            max_tasks=n,
+            lease_ms=qs.opts.lease_ms,
+            consumer=self.id,
+            registration_ttl_ms=REGISTRATION_TTL_MS,
+            reap_limit=REAP_LIMIT,
+            history_maxlen=self.rs.history_maxlen,
+            queue=qs.name,
+            default_max_attempts=qs.opts.max_attempts,
+            check=not qs.checked,
+            handles_json=self._handles_json,
+            park_limit=PARK_LIMIT,
+            type_patterns=self._type_patterns,
         )
         qs.checked = True
         t1 = time.monotonic()
         mid = (t0 + t1) / 2
-        server_now = int(out[0])
+        server_now = out.now_ms
         qs.offset_ms = server_now - mid * 1000
-        qs.next_due = int(out[1])
-        qs.next_lease = int(out[2])
+        qs.next_due = out.next_due_ms
+        qs.next_lease = out.next_lease_ms
         was_paused = qs.paused
-        qs.paused = bool(int(out[3]))
+        qs.paused = out.paused
         qs.last_claim = t1
         if qs.paused != was_paused:
             self._log("info", f"queue {qs.name} is {'paused' if qs.paused else 'resumed'}")
-        if int(out[4]) or int(out[5]):
+        if out.reaped_due or out.reaped_dead:
             self._log(
                 "info",
-                f"queue {qs.name}: reaped expired leases: {out[4]} back to due, {out[5]} dead",
+                f"queue {qs.name}: reaped expired leases: {out.reaped_due} back to due, "
+                f"{out.reaped_dead} dead",
             )
         if not self._ready_sent:
             self._ready_sent = True
             systemd.ready(f"consuming {', '.join(q.name for q in self.queues)}")
-        got = (len(out) - 6) // 7
+        got = len(out)
         if not got:
             return 0
         if not self._held:
             self._next_hb = t1 + self._hb_interval_s
         chunk: list[_Held] = []
         debug = self.verbose and not self.quiet
-        for i in range(6, len(out), 7):
-            m, payload, attempt, maxa, token, due, last_error = out[i : i + 7]
+        for m, payload, attempt, maxa, token, due, last_error in out.tasks():
             t, _, tid = m.partition(" ")
             try:
                 value = json.loads(payload) if payload else None
@@ -1253,12 +838,10 @@ class Consumer:
                 by_queue.setdefault(h.task.queue, []).append(h)
         for qname, hs in by_queue.items():
             qs = self._by_name[qname]
-            args: list[Any] = [qs.opts.lease_ms]
-            for h in hs:
-                args += [h.task.member, h.task.token]
-            res = self.rs.scripts("heartbeat-2", [qs.keys.proc, qs.keys.tasks], args)
+            runs = [(h.task.member, h.task.token) for h in hs]
+            res = calls.heartbeat(self.rs, qs.keys, qs.opts.lease_ms, runs)
             for h, ok in zip(hs, res, strict=True):
-                if not int(ok):
+                if not ok:
                     self._log(
                         "error",
                         f"lease lost for {h.task.member} in {qname} (token {h.task.token}): "
@@ -1347,15 +930,12 @@ class Consumer:
         self._held.pop((h.task.queue, h.task.token), None)
 
     def _ack(self, qs: _QueueState, hs: list[_Held]) -> None:
-        k = qs.keys
-        args: list[Any] = [self.rs.history_maxlen]
-        for h in hs:
-            args += [h.task.member, h.task.token, self._history(h, "ok", None)]
-        res = self.rs.scripts("ack-4", [k.proc, k.tasks, k.history, k.stats], args)
+        runs = [(h.task.member, h.task.token, self._history(h, "ok", None)) for h in hs]
+        res = calls.ack(self.rs, qs.keys, self.rs.history_maxlen, runs)
         debug = self.verbose and not self.quiet
         for h, ok in zip(hs, res, strict=True):
             self._forget(h)
-            if int(ok):
+            if ok:
                 self.stats.ok += 1
                 if debug:
                     self._log(
@@ -1371,50 +951,48 @@ class Consumer:
                 )
 
     def _fail(self, hs: list[_Held]) -> None:
-        calls = []
+        todo: list[tuple[_Held, int, dict[str, Any]]] = []
         for h in hs:
             t = h.task
             qs = self._by_name[t.queue]
-            k = qs.keys
             delay = backoff_delay_ms(
                 t.attempt, qs.opts.backoff_ms, qs.opts.backoff_max_ms, self._rnd
             )
             result = "timeout" if h.result == "timeout" else "failed"
-            calls.append(
+            todo.append(
                 (
                     h,
                     delay,
-                    [k.sched, k.proc, k.dead, k.tasks, k.history, k.stats, k.wake],
-                    [
-                        self.rs.history_maxlen,
-                        t.member,
-                        t.token,
-                        h.error,
-                        delay,
-                        self._history(h, result, h.error),
-                        result,
-                        "0",
-                        qs.opts.max_attempts,
-                    ],
+                    {
+                        "q": qs.keys,
+                        "history_maxlen": self.rs.history_maxlen,
+                        "member": t.member,
+                        "token": t.token,
+                        "error": h.error,
+                        "backoff_ms": delay,
+                        "history": self._history(h, result, h.error),
+                        "result": result,
+                        "default_max_attempts": qs.opts.max_attempts,
+                    },
                 )
             )
-        if len(calls) == 1:
-            h, delay, keys, args = calls[0]
-            outs = [self.rs.scripts("fail-7", keys, args)]
+        if len(todo) == 1:
+            outs: list[Any] = [calls.fail(self.rs, **todo[0][2])]
         else:
             pipe = self.rs.redis.pipeline(transaction=False)
-            for _, _, keys, args in calls:
-                self.rs.scripts("fail-7", keys, args, client=pipe)
+            for _, _, kw in todo:
+                calls.fail(self.rs, **kw, client=pipe)
             try:
-                outs = pipe.execute(raise_on_error=False)
+                replies = pipe.execute(raise_on_error=False)
             except redis.RedisError as exc:
                 raise map_error(exc) from exc
-            for o in outs:
+            for o in replies:
                 if isinstance(o, Exception):
                     raise map_error(o)
-        for (h, delay, _, _), out in zip(calls, outs, strict=True):
+            outs = [calls.fail_reply(o) for o in replies]
+        for (h, delay, _), out in zip(todo, outs, strict=True):
             self._forget(h)
-            what = str(out[0])
+            what = out[0]
             t = h.task
             err = _one_line(h.error)
             if what == "retry":
@@ -1441,11 +1019,7 @@ class Consumer:
                 )
 
     def _release(self, qs: _QueueState, hs: list[_Held]) -> None:
-        k = qs.keys
-        args: list[Any] = []
-        for h in hs:
-            args += [h.task.member, h.task.token]
-        n = int(self.rs.scripts("release-4", [k.sched, k.proc, k.tasks, k.wake], args))
+        n = calls.release(self.rs, qs.keys, [(h.task.member, h.task.token) for h in hs])
         for h in hs:
             self._forget(h)
         self.stats.released += n
@@ -1463,7 +1037,7 @@ class Consumer:
             return
         for h in left:
             h.kill("shutdown")
-        running = sum(1 for h in left if h.child is not None or h.started_mono is not None)
+        running = sum(1 for h in left if h.run is not None or h.started_mono is not None)
         self._log("info", f"stopping now: killed {running} unfinished handler(s)")
         by_queue: dict[str, list[_Held]] = {}
         for h in left:

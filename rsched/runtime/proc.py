@@ -3,7 +3,7 @@ a timeout that kills the whole group, stderr passed through with its last
 lines kept for the error record.
 
 Used by task handlers (`run consumer`), cron jobs (`run cron`), `exec` and
-`run expired`.
+`run expired`, through :mod:`rsched.runtime.handlers` (the one handler runner).
 
 **A child never outlives a runner that is killed (Linux).** When the rsched
 process dies without cleaning up (``kill -9``, the OOM killer), the children it
@@ -416,9 +416,15 @@ class ChildResult:
         return self.exit_code == 0 and not self.killed
 
     def describe(self) -> str:
-        why = f"killed ({self.killed})" if self.killed else f"exit status {self.exit_code}"
-        tail = self.stderr_tail.strip()
-        return f"{why}: {tail}" if tail else why
+        return describe(self.exit_code, self.killed, self.stderr_tail)
+
+
+def describe(exit_code: int, killed: str | None, stderr_tail: str) -> str:
+    """How a child ended, for an error record: ``exit status N: TAIL`` or
+    ``killed (REASON): TAIL``."""
+    why = f"killed ({killed})" if killed else f"exit status {exit_code}"
+    tail = stderr_tail.strip()
+    return f"{why}: {tail}" if tail else why
 
 
 class Child:

@@ -759,7 +759,7 @@ def test_a_claim_that_fails_leaves_its_due_tasks_due(rs: Rsched) -> None:
 
 
 def test_handler_table_precedence_and_catch_all(tmp_path: Path) -> None:
-    from rsched.consumer.loop import CommandHandler, HandlerTable, PythonHandler
+    from rsched.consumer.handlers import CommandHandler, HandlerTable, PythonHandler
 
     table = HandlerTable(
         {
@@ -1242,3 +1242,26 @@ def test_cancelled_is_a_history_result_value() -> None:
     from rsched.tools.history import FAILED_RESULTS, RESULTS
 
     assert "cancelled" in RESULTS and "cancelled" not in FAILED_RESULTS
+
+
+def test_options_are_checked_in_one_place_before_any_redis_io() -> None:
+    from rsched.consumer.options import consumer_options
+    from rsched.core.errors import BadInput
+
+    for kw, message in (
+        ({"lease_ms": "100ms"}, "--lease: 100ms is too short; give at least 300ms"),
+        (
+            {"backoff_ms": "2s", "backoff_max_ms": "1s"},
+            "--backoff-max: 1000ms is shorter than --backoff (2000ms)",
+        ),
+        ({"concurrency": "0"}, "--concurrency: '0' is not a whole number from 1 to 1024"),
+        ({"max_attempts": "x"}, "--max-attempts: 'x' is not a whole number from 1 to"),
+    ):
+        with pytest.raises(BadInput) as exc:
+            consumer_options(None, ["default"], **kw)
+        assert str(exc.value).startswith(message), (kw, str(exc.value))
+    with pytest.raises(BadInput, match="--queue: give at least one queue"):
+        consumer_options(None, [])
+    opts = consumer_options(None, ["a", "b", "a"], concurrency="4", lease_ms="2s", grace_ms=500)
+    assert opts.queues == ("a", "b") and opts.concurrency == 4 and opts.grace_ms == 500
+    assert opts.per_queue["a"].lease_ms == 2000 and opts.per_queue["b"].timeout_ms is None

@@ -15,7 +15,8 @@ import pytest
 
 from rsched.api import Rsched
 from rsched.core.keys import ExpiredKeys
-from rsched.expired.runner import arm, disarm, glob_regex, notify_flags_ok
+from rsched.expired import arm, disarm
+from rsched.expired.notify import glob_regex, notify_flags_ok
 from tests.support import Cli, RedisServer, wait_for
 
 # ----------------------------------------------------------------------------- fixtures
@@ -614,3 +615,23 @@ def test_library_runner_with_a_python_handler_and_one_subscription_per_node(
     assert b.value is None and b.expire_ms is None and b.source == "event"
     assert runner.stats.fired == 2 and runner.stats.ok == 2
     assert any("stopped: 2 fired" in line for line in lines_)
+
+
+def test_options_checked_in_one_place_keep_their_messages(tmp_path: Path) -> None:
+    from rsched.core.errors import BadInput
+    from rsched.expired.options import expired_options
+
+    h, _ = handler(tmp_path)
+    for kw, message in (
+        ({"claim_window_ms": "50ms"}, "--claim-window: '50ms' is too short; give at least 100ms"),
+        ({"claim_window_ms": 50}, "--claim-window: 50ms is too short; give at least 100ms"),
+        ({"db": "x"}, "--db: 'x' is not a database number (0 or more)"),
+        ({"db": -1}, "--db: -1 is not a database number (0 or more)"),
+        ({"concurrency": 0}, "--concurrency: 0 is not a whole number from 1 to 1024"),
+    ):
+        with pytest.raises(BadInput) as exc:
+            expired_options("k:*", [str(h)], **kw)
+        assert str(exc.value) == message, (kw, str(exc.value))
+    opts = expired_options("k:*", str(h), concurrency="3", timeout_ms="2s", claim_window_ms="")
+    assert (opts.concurrency, opts.timeout_ms, opts.claim_window_ms) == (3, 2000, 10_000)
+    assert opts.handler == [str(h)]

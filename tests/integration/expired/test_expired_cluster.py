@@ -21,7 +21,8 @@ import redis.crc
 
 from rsched.api import Rsched
 from rsched.core.keys import CLUSTER_SLOTS, ExpiredKeys, key_slot, slot_tag
-from rsched.expired.runner import arm, disarm, notify_flags_ok
+from rsched.expired import arm, disarm
+from rsched.expired.notify import notify_flags_ok
 from tests.clusters import Cluster, ClusterCli, ccli, cluster, needs_cluster
 from tests.support import RSCHED, wait_for
 

@@ -1,0 +1,210 @@
+"""Run a handler: the one runner of a command (and of a Python callable) that
+every loop uses.
+
+A **command** (:class:`Command`: argv, never a shell; ``RSCHED_*`` variables
+added to our environment minus rsched's secrets, :func:`~rsched.runtime.proc.child_env`;
+bytes on stdin; a timeout; the grace between SIGTERM and SIGKILL) runs as a
+:class:`HandlerRun` on :class:`rsched.runtime.proc.Child`: its own process
+group (a timeout, a lost lease or lock, a shutdown kill the whole group), its
+stderr passed through with the last lines kept, guarded against outliving a
+killed runner. Another thread controls a run at any time, before it started
+too (the request is then applied as it starts: "cancelled while starting"):
+
+* :meth:`HandlerRun.kill`: SIGKILL the group now (a lost lease, the end of a
+  shutdown grace);
+* :meth:`HandlerRun.terminate`: SIGTERM the group (``rsched cancel`` of a running
+  task; the caller SIGKILLs it later);
+* :meth:`HandlerRun.stop`: SIGTERM, then SIGKILL after the grace (blocks for
+  the grace: cron's replace and lock lost, ``exec``'s signals);
+
+the first reason given is the one recorded (``killed``). :meth:`HandlerRun.wait`
+returns an :class:`Outcome`: exit code (128+N after signal N), whether the
+timeout killed it, why rsched killed it, the stderr tail, the duration, and the
+result classified the one way every record uses: ``lost`` (the caller says so:
+its lease or lock went meanwhile) > ``timeout`` > ``ok`` (exit 0, not killed) >
+``failed``, with :attr:`Outcome.error` the text for the history record.
+
+A **Python callable** (:func:`call`) cannot be killed: it gets its argument,
+returning is ok, raising is failed with the exception and the last lines of its
+traceback as the error.
+
+Used by ``run consumer`` (command and Python handlers) and ``run expired``;
+cron's job run and ``exec`` build a :class:`Command` the same way.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsched.runtime.proc import Child, ChildResult, child_env, describe
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """What to run: ``argv`` (never through a shell), ``env`` added to ours
+    (minus rsched's secrets), ``stdin`` (None: /dev/null), the timeout after
+    which the group is killed (None: none) and the grace of :meth:`HandlerRun.stop`."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+    timeout_s: float | None = None
+    grace_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run ended (see the module doc for :attr:`result`)."""
+
+    exit_code: int
+    timed_out: bool
+    killed: str | None
+    stderr_tail: str
+    duration_ms: int
+    #: False when the program could not even be started (the tail says why)
+    started: bool = True
+
+    @classmethod
+    def of(cls, res: ChildResult, started: bool = True) -> Outcome:
+        return cls(
+            res.exit_code, res.timed_out, res.killed, res.stderr_tail, res.duration_ms, started
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.killed
+
+    @property
+    def result(self) -> str:
+        """``timeout`` | ``ok`` | ``failed``."""
+        return "timeout" if self.timed_out else "ok" if self.ok else "failed"
+
+    def classify(self, lost: bool = False) -> str:
+        """:attr:`result`, or ``lost`` when the caller's lease or lock went meanwhile."""
+        return "lost" if lost else self.result
+
+    @property
+    def error(self) -> str:
+        """``exit status N: TAIL`` / ``killed (REASON): TAIL``; "" when ok."""
+        return "" if self.ok else self.describe()
+
+    def describe(self) -> str:
+        return describe(self.exit_code, self.killed, self.stderr_tail)
+
+
+class HandlerRun:
+    """One run of a :class:`Command`; see the module doc."""
+
+    def __init__(self, command: Command):
+        self.command = command
+        self._lock = threading.Lock()
+        self._child: Child | None = None
+        #: requested before the start: ("kill" | "term" | "stop", reason, grace)
+        self._pending: tuple[str, str, float] | None = None
+
+    @property
+    def child(self) -> Child | None:
+        return self._child
+
+    @property
+    def pid(self) -> int | None:
+        c = self._child
+        return c.pid if c is not None else None
+
+    @property
+    def running(self) -> bool:
+        c = self._child
+        return c is not None and c.popen is not None and c.poll() is None
+
+    def start(self) -> HandlerRun:
+        cmd = self.command
+        with self._lock:
+            self._child = Child(cmd.argv, env=child_env(cmd.env), stdin_data=cmd.stdin)
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            how, reason, grace = pending
+            if how == "kill":
+                self.kill(reason)
+            elif how == "term":
+                self.terminate(reason)
+            else:
+                self.stop(reason, grace)
+        return self
+
+    def _request(self, how: str, reason: str, grace_s: float = 0.0) -> Child | None:
+        """The running child, or None (and the request kept for the start)."""
+        with self._lock:
+            c = self._child
+            if c is None:
+                if self._pending is None or how == "kill":
+                    self._pending = (how, reason, grace_s)
+                return None
+        return c
+
+    def kill(self, reason: str) -> bool:
+        """SIGKILL the process group now. True if a child was running."""
+        return self._signal("kill", signal.SIGKILL, reason)
+
+    def terminate(self, reason: str) -> bool:
+        """SIGTERM the process group. True if a child was running."""
+        return self._signal("term", signal.SIGTERM, reason)
+
+    def _signal(self, how: str, sig: int, reason: str) -> bool:
+        c = self._request(how, reason)
+        if c is None or c.popen is None or c.poll() is not None:
+            return False
+        c.killed = c.killed or reason
+        c.signal_group(sig)
+        return True
+
+    def stop(self, reason: str, grace_s: float | None = None) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace_s`` (blocks that long at most)."""
+        grace = self.command.grace_s if grace_s is None else grace_s
+        c = self._request("stop", reason, grace)
+        if c is not None:
+            c.stop(reason, grace)
+
+    def wait(self) -> Outcome:
+        """Wait for the end (past the timeout: kill the group, reason "timeout")."""
+        c = self._child
+        assert c is not None, "start() first"
+        cmd = self.command
+        return Outcome.of(c.wait(cmd.timeout_s, cmd.grace_s), started=c.popen is not None)
+
+
+def run(command: Command, on_start: Callable[[HandlerRun], Any] | None = None) -> Outcome:
+    """Start ``command``, tell ``on_start`` (which may keep the run to stop it from
+    another thread), wait for its end."""
+    r = HandlerRun(command)
+    if on_start is not None:
+        on_start(r)
+    return r.start().wait()
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    ok: bool
+    error: str  # "" when ok: TYPE: message, then the last lines of the traceback
+    duration_ms: int
+    duration_s: float
+
+
+def call(
+    fn: Callable[[Any], Any], arg: Any, catch: type[BaseException] = BaseException
+) -> CallOutcome:
+    """Call a Python handler: returning is ok, raising (``catch``) is failed."""
+    t0 = time.monotonic()
+    try:
+        fn(arg)
+        error = ""
+    except catch as exc:  # noqa: BLE001 - a handler's failure is the run's
+        tail = "".join(traceback.format_exception(exc)[-3:]).strip()
+        error = f"{type(exc).__name__}: {exc}\n{tail}"
+    dur = time.monotonic() - t0
+    return CallOutcome(not error, error, int(dur * 1000), dur)
