@@ -471,7 +471,7 @@ class Consumer:
                     "error",
                     f"cannot listen for cancellations ({_one_line(exc)}): a running task that "
                     "is cancelled has its handler stopped at the next heartbeat instead; grant "
-                    f"+subscribe and &{self.rs.keys.ns}:* (see the README's ACL user)",
+                    f"+subscribe and &{self.rs.keys.ns}:* (see the least-privilege ACL user in rsched-operations(7))",
                 )
                 break
             except Exception as exc:  # noqa: BLE001 - the listener never dies

@@ -16,7 +16,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _DIGITS = re.compile(r"[0-9]{1,9}")
 
-#: Largest payload accepted, in bytes of its compact JSON (documented in the README).
+#: Largest payload accepted, in bytes of its compact JSON (documented in rsched(1)).
 MAX_PAYLOAD_BYTES = 1_048_576
 MAX_ATTEMPTS_LIMIT = 1000
 

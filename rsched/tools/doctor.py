@@ -34,7 +34,7 @@ LATENCY_WARN_MS = 50.0
 #: The least-privilege grant: every command rsched sends for add, cancel, list, show,
 #: queues, requeue-stale, dead/retry/purge, run consumer, run cron, exec, locks, crons,
 #: pause/resume, history and metrics (directly, from redis-py, or from its Lua scripts in
-#: rsched/lua), in the order of the README's "Least-privilege ACL user" line, each with the
+#: rsched/lua), in the order of rsched-operations(7)'s "Least-privilege ACL user" line, each with the
 #: arguments doctor probes it with (``K``: a key in the namespace). ``None``: granted but
 #: not probed. ``multi``/``exec`` are probed by the transaction the others are queued in;
 #: ``select`` only matters for a database other than 0 in the URL; ``script|load``,
@@ -93,9 +93,9 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("subscribe", None),
     ("unsubscribe", None),
 )
-#: The commands of the least-privilege grant, in the README's order.
+#: The commands of the least-privilege grant, in rsched-operations(7)'s order.
 ACL_COMMANDS: tuple[str, ...] = tuple(name for name, _ in ACL_GRANT)
-#: Granted only when used (README): ``wait`` with --wait-replicas / redis.wait_replicas
+#: Granted only when used (rsched-operations(7)): ``wait`` with --wait-replicas / redis.wait_replicas
 #: (doctor probes it then); ``info`` and ``config|get`` only for doctor itself, which says
 #: "could not verify" for the checks they would answer.
 ACL_OPTIONAL: tuple[str, ...] = ("wait", "info", "config|get")
@@ -104,7 +104,7 @@ ACL_OPTIONAL: tuple[str, ...] = ("wait", "info", "config|get")
 def acl_setuser(
     user: str = "rsched", namespace: str = "rsched", password: str = "CHANGE-ME"
 ) -> str:
-    """The README's least-privilege ``ACL SETUSER`` line for ``user`` and ``namespace``."""
+    """rsched-operations(7)'s least-privilege ``ACL SETUSER`` line for ``user`` and ``namespace``."""
     rules = " ".join(f"+{c}" for c in ACL_COMMANDS)
     return (
         f"ACL SETUSER {user} reset on >{password} ~{namespace}:* resetchannels "
@@ -549,7 +549,7 @@ class Doctor:
                     FAIL,
                     f"user {user} may not run MULTI (rsched pause/resume --queue needs it); "
                     f"could not verify the other commands: ACL DRYRUN denied too; grant "
-                    f"what the README's least-privilege user has: {self._grant(user)}",
+                    f"what the least-privilege user of rsched-operations(7) has: {self._grant(user)}",
                 )
             return Check(
                 name,
@@ -567,7 +567,7 @@ class Doctor:
             return Check(
                 name,
                 FAIL,
-                f"user {user} {' and '.join(parts)}; grant what the README's "
+                f"user {user} {' and '.join(parts)}; grant what rsched-operations(7)'s "
                 f"least-privilege user has: {self._grant(user)}",
             )
         return Check(

@@ -11,7 +11,7 @@ attempt, which consumer) in an ``O_APPEND`` file, independently of what rsched
 says about itself, and compared with Redis's own records afterwards.
 
 Each scenario prints its figures (``FIGURE name {...}``, visible with ``-s``)
-for the README's reliability section. The short versions run in CI; the
+for rsched-operations(7)'s guarantees. The short versions run in CI; the
 ``slow`` ones are soaks for a developer machine (``pytest -m slow``).
 Single Redis only: Sentinel failover is in ``test_sentinel.py`` (and ``--wait-replicas``
 in ``test_replicas.py``), Cluster in ``test_cluster.py``.
@@ -53,7 +53,7 @@ from rsched.queue.ops import make_spec
 from rsched.tools.doctor import ACL_COMMANDS, acl_setuser  # noqa: E402
 from tests.support import Cli, RedisServer, wait_for
 
-#: The least-privilege user for the default namespace ``rsched`` (README, reliability
+#: The least-privilege user for the default namespace ``rsched`` (rsched-operations(7), reliability
 #: section). Put the real password instead of CHANGE-ME and give it to rsched through
 #: ``RSCHED_REDIS_PASSWORD`` or ``redis.password_file``, with the user in the URL
 #: (``redis://rsched@host:6379/0``) or ``redis.username``.
@@ -73,7 +73,7 @@ SEED = os.environ.get("RSCHED_FAULTS_SEED")  # reproduce a chaos run: RSCHED_FAU
 
 
 def figure(name: str, **values: Any) -> None:
-    """One measured figure for the README's reliability section (``pytest -s`` shows it)."""
+    """One measured figure for rsched-operations(7)'s guarantees (``pytest -s`` shows it)."""
     print(f"\nFIGURE {name} {json.dumps(values, sort_keys=True)}")
 
 
