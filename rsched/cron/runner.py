@@ -53,6 +53,10 @@ Sharding (``--shards N``): each tick has N items; the live runners
 one claimed (a runner that died before its registration expired). Each item
 is claimed once (``HSETNX`` in a per-tick hash). ``--broadcast``: every live
 runner runs every tick once.
+
+This module is the loop (ticks, claims, the replace hand-over); the spec it
+takes is :mod:`rsched.cron.spec`, one run of the job :mod:`rsched.cron.job`,
+the listing and the pause switch :mod:`rsched.cron.admin`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The lease watchdog of a held lock (a library :class:`~rsched.locks.lock.Lock`,
 `rsched exec`, a cron run lock).
 
-The watchdog. While the ``with`` block runs, a thread renews the lease every
+While the lock is held (a ``with`` block, a command, a job), a thread renews the lease every
 TTL/3. The lease runs, at the latest, from the moment the last renewal that
 succeeded was *sent* (the server set the new expiry after that), so the
 holder knows, by its own monotonic clock, the earliest moment another client
@@ -11,7 +11,7 @@ lock *lost* a margin before it (:func:`loss_margin_ms`: a fifth of the TTL,
 thread and the watchdog waits for its answer only until that moment, so a
 renewal stuck behind a partition (a socket timeout of 10 s, a TCP
 retransmission, a half-open connection) cannot delay the verdict. Then
-:attr:`Lock.lost` is set and ``on_lost`` is called, so that the work can
+:attr:`~rsched.locks.lock.Lock.lost` is set and ``on_lost`` is called, so that the work can
 stop; ``rsched exec`` and ``rsched run cron`` stop their job then, with a
 SIGKILL no later than half the margin before the lease can have expired
 (:meth:`Watchdog.stop_grace`). A renewal that answers "not yours" (expired,
