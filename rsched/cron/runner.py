@@ -375,8 +375,8 @@ class CronRunner:
             runner_ttl_ms=RUNNER_TTL_MS,
             wait=self.wait,
         )
-        self._replicas(res.replicas_acked, res.status == "run")
         self._contact(t0, res.now_ms)
+        self._replicas(res.replicas_acked, res.status == "run")
         st, now = res.status, res.now_ms
         self.debug(f"cron {s.name}: tick {iso(fire)}: {st}")
         if st == "run":
@@ -479,8 +479,8 @@ class CronRunner:
                 runner_ttl_ms=RUNNER_TTL_MS,
                 wait=self.wait,
             )
-            self._replicas(res.replicas_acked, bool(res.items))
             self._contact(t0, res.now_ms)
+            self._replicas(res.replicas_acked, bool(res.items))
             return res
 
         res = call("broadcast" if s.broadcast else "own")
