@@ -23,7 +23,7 @@ from rsched.cli.params import (
 )
 from rsched.cli.render import emit_json, record, table
 from rsched.core.errors import BadInput, ConfigError, ExitCode, RedisFull
-from rsched.core.timeutil import human_duration, local_time, parse_duration, show
+from rsched.core.timeutil import human_duration, local_time, show
 
 _CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
 
@@ -38,10 +38,6 @@ def _dialect_option(help_: str = DIALECT_HELP) -> Any:
     return click.option(
         "--dialect", type=click.Choice(["cron", "spring", "quartz"]), default=None, help=help_
     )
-
-
-def _dur(value: str | None, field: str) -> int | None:
-    return parse_duration(value, field) if value is not None else None
 
 
 # --- exec -----------------------------------------------------------------------------
@@ -135,36 +131,26 @@ def exec_cmd(
     kept and written once Redis is back, for up to 60s (a signal stops the
     wait); then exec exits with CMD's status.
     """
-    from rsched.locks.exec import OncePer, run_exec
+    from rsched.locks.exec import make_exec_spec, run_exec
 
     if not command:
         raise BadInput(
             "CMD", "give the command to run after --, like: rsched exec --lock NAME -- ./job.sh"
         )
-    if once_per is not None:
-        OncePer(once_per, tz, dialect)  # refused here, before anything connects
-    ttl_ms = parse_duration(ttl, "--ttl")
-    wt = _dur(wait_timeout, "--wait-timeout")
-    to = _dur(timeout, "--timeout")
-    if wait_timeout is not None and if_locked != "wait":
-        raise BadInput("--wait-timeout", "only applies with --if-locked wait")
-    pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
-    out = run_exec(
-        app.rs,
+    spec = make_exec_spec(  # every refusal here, before anything connects
         lock,
         list(command),
-        ttl_ms=ttl_ms,
+        ttl=ttl,
         once_per=once_per,
         tz=tz,
         dialect=dialect,
         if_locked=if_locked,
-        wait_timeout_ms=wt,
-        timeout_ms=to,
+        wait_timeout=wait_timeout,
+        timeout=timeout,
         on_lock_lost=on_lock_lost,
-        log=app.debug,
-        wait=pol,
-        warn=app.info,
     )
+    pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
+    out = run_exec(app.rs, spec, log=app.debug, wait=pol, warn=app.info)
     if out.status == "ran" and out.note:  # the command could not be started: an error, -q or not
         app.log(f"rsched: error: {out.note}", "error")
     elif out.status == "ran" and out.result not in ("ok", "failed"):
@@ -275,7 +261,8 @@ def run_cron(
     Stops cleanly on SIGTERM/SIGINT (running jobs get SIGTERM, then SIGKILL):
     exit 0 after SIGTERM, 130 after SIGINT (Ctrl-C).
     """
-    from rsched.cron import runner as cron
+    from rsched.cron.runner import run_runners
+    from rsched.cron.spec import make_spec, spec_from_config
 
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     check_metrics_port(metrics_port)
@@ -295,7 +282,7 @@ def run_cron(
                     else " (no config file found)"
                 )
             )
-        specs = [cron.spec_from_config(n, t) for n, t in sorted(table_.items())]
+        specs = [spec_from_config(n, t) for n, t in sorted(table_.items())]
     else:
         if not name:
             raise BadInput("NAME", "give the cron's name (or --all)")
@@ -308,7 +295,7 @@ def run_cron(
                 "rsched run cron NAME --schedule EXPR -- CMD...",
             )
         specs = [
-            cron.make_spec(
+            make_spec(
                 name,
                 schedule,
                 list(command),
@@ -348,7 +335,7 @@ def run_cron(
             + (", broadcast" if sp.broadcast else "")
         )
     log = app.info if not app.quiet else (lambda _m: None)
-    cron.run_runners(rs, specs, stop, log, app.debug, wait=pol)
+    run_runners(rs, specs, stop, log, app.debug, wait=pol)
     if interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
         raise SystemExit(int(ExitCode.INTERRUPTED))
 
@@ -363,7 +350,7 @@ def locks(app: App, pattern: str | None) -> None:
 
     PATTERN is a glob on the name (`backup*`). Uses SCAN, never KEYS.
     """
-    from rsched.locks.lock import list_locks
+    from rsched.locks.admin import list_locks
 
     rows = list_locks(app.rs, pattern)
     table(
@@ -399,7 +386,7 @@ def unlock(app: App, name: str, token: str | None, force: bool) -> None:
     With --json: {"name": NAME, "released": true, "token": N} (the released fencing token).
     """
     from rsched.core.errors import Conflict, NotFound
-    from rsched.locks.lock import unlock as do_unlock
+    from rsched.locks.admin import unlock as do_unlock
 
     if token and force:
         raise BadInput("--force", "give either --token or --force, not both")
@@ -427,7 +414,7 @@ def unlock(app: App, name: str, token: str | None, force: bool) -> None:
 @pass_app
 def crons(app: App) -> None:
     """Crons: schedule, time zone, next fire, last fire (when, result, host), live runners, paused."""
-    from rsched.cron.runner import list_crons
+    from rsched.cron.admin import list_crons
 
     rs = app.rs
     rows = list_crons(rs)
@@ -566,7 +553,7 @@ def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> Non
             obj = {"queue": queue, "paused": False, "was_paused": was}
             note = f'queue "{queue}" resumed' if was else f'queue "{queue}" was not paused'
     else:
-        from rsched.cron import runner as cron
+        from rsched.cron import admin as cron
 
         assert name is not None
         if pausing:

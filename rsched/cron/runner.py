@@ -53,34 +53,36 @@ Sharding (``--shards N``): each tick has N items; the live runners
 one claimed (a runner that died before its registration expired). Each item
 is claimed once (``HSETNX`` in a per-tick hash). ``--broadcast``: every live
 runner runs every tick once.
+
+This module is the loop (ticks, claims, the replace hand-over); the spec it
+takes is :mod:`rsched.cron.spec`, one run of the job :mod:`rsched.cron.job`,
+the listing and the pause switch :mod:`rsched.cron.admin`.
 """
 
 from __future__ import annotations
 
-import json
-import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from rsched.core import cronexpr, errors, validate
+from rsched.core import cronexpr, errors
 from rsched.core.errors import map_error
-from rsched.core.timeutil import iso, parse_duration
+from rsched.core.timeutil import iso
 from rsched.core.transient import TRANSIENT
-from rsched.locks.lock import DEFAULT_TTL_MS, MIN_TTL_MS, Watchdog, new_owner_id
-from rsched.runtime import proc, systemd
+from rsched.cron.job import JobRun
+from rsched.cron.spec import CronSpec
+from rsched.locks.lock import new_owner_id
+from rsched.lua import calls
+from rsched.runtime import systemd
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
     from rsched.core.replication import WaitPolicy
 
-CONCURRENCY = ("forbid", "allow", "replace")
-MISFIRE = ("skip", "run-once")
-ON_LOCK_LOST = ("kill", "continue")
 
 #: A tick claimed at most this late counts as on time (unless --starting-deadline says
 #: otherwise), and at most half the gap to the next tick (see CronRunner._deadline).
@@ -96,165 +98,6 @@ HEARTBEAT_S = 10.0
 MIN_KEEP_MS = 3_600_000
 #: Missed ticks recorded one by one after an outage at most (older ones are only counted).
 MAX_BACKLOG = 100
-
-_CONFIG_KEYS = {
-    "schedule",
-    "tz",
-    "dialect",
-    "command",
-    "ttl",
-    "concurrency",
-    "misfire",
-    "starting_deadline",
-    "timeout",
-    "jitter",
-    "shards",
-    "broadcast",
-    "on_lock_lost",
-    "grace",
-}
-
-
-@dataclass
-class CronSpec:
-    name: str
-    schedule: cronexpr.Schedule
-    command: list[str]
-    ttl_ms: int = DEFAULT_TTL_MS
-    concurrency: str = "forbid"
-    misfire: str = "skip"
-    starting_deadline_ms: int | None = None
-    timeout_ms: int | None = None
-    jitter_ms: int = 0
-    shards: int | None = None
-    broadcast: bool = False
-    on_lock_lost: str = "kill"
-    grace_s: float = 5.0
-
-    @property
-    def sharded(self) -> bool:
-        return bool(self.shards) or self.broadcast
-
-
-def make_spec(
-    name: str,
-    schedule: str,
-    command: str | Sequence[str],
-    *,
-    tz: str = "UTC",
-    dialect: str | None = None,
-    ttl: str | int | None = None,
-    concurrency: str = "forbid",
-    misfire: str = "skip",
-    starting_deadline: str | int | None = None,
-    timeout: str | int | None = None,
-    jitter: str | int | None = None,
-    shards: int | None = None,
-    broadcast: bool = False,
-    on_lock_lost: str = "kill",
-    grace: str | int | None = None,
-    prefix: str = "--",
-) -> CronSpec:
-    """Check every option (naming the field) before anything touches Redis."""
-
-    def f(opt: str) -> str:
-        return f"{prefix}{opt}" if prefix == "--" else f"{prefix}{opt.replace('-', '_')}"
-
-    def dur(v: str | int | None, opt: str) -> int | None:
-        if v is None:
-            return None
-        if isinstance(v, int) and not isinstance(v, bool):
-            if v <= 0:
-                raise errors.BadInput(f(opt), f"{v} is not a positive duration")
-            return v
-        return parse_duration(str(v), f(opt))
-
-    validate.name(name, "NAME")
-    sched = cronexpr.parse(
-        schedule,
-        tz or "UTC",
-        field=f("schedule"),
-        tz_field=f("tz"),
-        dialect=dialect,
-        dialect_field=f("dialect"),
-    )
-    argv = proc.split_command(command, f("command") if prefix != "--" else "CMD")
-    if concurrency not in CONCURRENCY:
-        raise errors.BadInput(
-            f("concurrency"), f"{concurrency!r} is not one of {', '.join(CONCURRENCY)}"
-        )
-    if misfire not in MISFIRE:
-        raise errors.BadInput(f("misfire"), f"{misfire!r} is not one of {', '.join(MISFIRE)}")
-    if on_lock_lost not in ON_LOCK_LOST:
-        raise errors.BadInput(
-            f("on-lock-lost"), f"{on_lock_lost!r} is not one of {', '.join(ON_LOCK_LOST)}"
-        )
-    ttl_ms = dur(ttl, "ttl") or DEFAULT_TTL_MS
-    if ttl_ms < MIN_TTL_MS:
-        raise errors.BadInput(f("ttl"), f"must be at least {MIN_TTL_MS}ms")
-    if shards is not None:
-        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 10_000:
-            raise errors.BadInput(f("shards"), f"{shards!r} is not a whole number from 1 to 10000")
-        if broadcast:
-            raise errors.BadInput(f("broadcast"), "cannot be combined with --shards")
-    if (shards or broadcast) and concurrency != "forbid":
-        raise errors.BadInput(
-            f("concurrency"),
-            "sharded and broadcast crons run every item of every tick; "
-            "--concurrency does not apply to them",
-        )
-    g = dur(grace, "grace")
-    return CronSpec(
-        name=name,
-        schedule=sched,
-        command=argv,
-        ttl_ms=ttl_ms,
-        concurrency=concurrency,
-        misfire=misfire,
-        starting_deadline_ms=dur(starting_deadline, "starting-deadline"),
-        timeout_ms=dur(timeout, "timeout"),
-        jitter_ms=dur(jitter, "jitter") or 0,
-        shards=shards,
-        broadcast=bool(broadcast),
-        on_lock_lost=on_lock_lost,
-        grace_s=(g / 1000) if g else 5.0,
-    )
-
-
-def spec_from_config(name: str, table: Mapping[str, Any]) -> CronSpec:
-    """A ``[cron.NAME]`` table of the config file."""
-    if not isinstance(table, Mapping):
-        raise errors.ConfigError(f"[cron.{name}] must be a table")
-    unknown = set(table) - _CONFIG_KEYS
-    if unknown:
-        raise errors.ConfigError(
-            f"[cron.{name}]: unknown key(s) {', '.join(sorted(unknown))} "
-            f"(known: {', '.join(sorted(_CONFIG_KEYS))})"
-        )
-    for req in ("schedule", "command"):
-        if req not in table:
-            raise errors.ConfigError(f"[cron.{name}]: {req} is required")
-    try:
-        return make_spec(
-            name,
-            table["schedule"],
-            table["command"],
-            tz=table.get("tz", "UTC"),
-            dialect=table.get("dialect"),
-            ttl=table.get("ttl"),
-            concurrency=table.get("concurrency", "forbid"),
-            misfire=table.get("misfire", "skip"),
-            starting_deadline=table.get("starting_deadline"),
-            timeout=table.get("timeout"),
-            jitter=table.get("jitter"),
-            shards=table.get("shards"),
-            broadcast=bool(table.get("broadcast", False)),
-            on_lock_lost=table.get("on_lock_lost", "kill"),
-            grace=table.get("grace"),
-            prefix=f"cron.{name}.",
-        )
-    except errors.BadInput as exc:
-        raise errors.ConfigError(f"config: {exc}") from None
 
 
 class ServerClock:
@@ -315,46 +158,33 @@ class CronRunner:
         self._last_contact = 0.0
         self._down_since: float | None = None
         self._keep: int | None = None
-        #: concurrency replace: the holder's watchdog blocks on this ZSET (see cron-start-5).
-        self.wake_key = self.k.wake
-        self._blocking: Any = None  # a client for the watchdogs' BZPOPMIN (replace only)
+        #: concurrency replace: the holder's watchdog blocks in BZPOPMIN on the cron's
+        #: ``wake`` ZSET (see cron-start-5), on a client of its own (blocking_client).
+        self._blocking: Any = None
         self._blocking_lock = threading.Lock()
         self._replacers: list[threading.Thread] = []
 
     # --- Redis calls (each also measures the server clock) ------------------------
-    def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        t0 = time.time()
-        if self.wait and name in ("cron-tick-8", "cron-shard-7"):
-            res = self._claim_and_wait(name, keys, args)
-        else:
-            res = self.rs.scripts(name, keys, args)
+    def _contact(self, t0: float, server_ms: int | None = None) -> None:
+        """A call sent at ``t0`` (local clock) answered; ``server_ms``: the server's
+        clock in its reply."""
         t1 = time.time()
         self.commands += 1
         self._last_contact = time.monotonic()
-        if (
-            isinstance(res, list)
-            and len(res) > 1
-            and name in ("cron-tick-8", "cron-shard-7", "cron-heartbeat-1")
-        ):
-            self.clock.observe(int(res[1]), t0, t1)
-        return res
+        if server_ms is not None:
+            self.clock.observe(server_ms, t0, t1)
 
-    def _claim_and_wait(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """A tick claim and WAIT on one connection; a shortfall is logged, the job runs."""
-        from rsched.core.replication import script_and_wait
-
-        assert self.wait is not None
-        res, acked = script_and_wait(self.rs, name, keys, args, self.wait)
-        won = str(res[0]) == "run" if name == "cron-tick-8" else len(res) > 2
-        short = (
-            self.wait.shortfall(acked, f"cron {self.spec.name}: the tick claim") if won else None
-        )
-        if short:
-            self.log(f"rsched: warning: {short}; running the job anyway")
-        return res
+    def _replicas(self, acked: int | None, won: bool) -> None:
+        """--wait-replicas: a claim that won and was short of replicas is logged; the job runs."""
+        if self.wait and acked is not None and won:
+            short = self.wait.shortfall(acked, f"cron {self.spec.name}: the tick claim")
+            if short:
+                self.log(f"rsched: warning: {short}; running the job anyway")
 
     def _heartbeat(self) -> None:
-        self._script("cron-heartbeat-1", [self.k.runners], [self.runner_id, RUNNER_TTL_MS])
+        t0 = time.time()
+        _live, now = calls.cron_heartbeat(self.rs, self.k, self.runner_id, RUNNER_TTL_MS)
+        self._contact(t0, now)
 
     def _keep_ms(self, now: int) -> int:
         if self._keep is None:
@@ -526,39 +356,33 @@ class CronRunner:
             return self._handle_sharded(fire, mode, deadline)
         owner = new_owner_id()
         sent = time.monotonic()  # a run lock taken here has its lease from then at the latest
-        res = self._script(
-            "cron-tick-8",
-            [
-                self.k.ticks,
-                self.k.state,
-                self.k.run_lock,
-                self.k.fence,
-                self.k.paused,
-                self.k.history,
-                self.k.runners,
-                self.wake_key,
-            ],
-            [
-                fire,
-                mode,
-                self.runner_id,
-                owner,
-                s.ttl_ms,
-                self.host,
-                self.pid,
-                s.concurrency,
-                deadline,
-                self._keep_ms(fire),
-                self.rs.history_maxlen,
-                s.name,
-                RUNNER_TTL_MS,
-            ],
+        t0 = time.time()
+        res = calls.cron_tick(
+            self.rs,
+            self.k,
+            fire_ms=fire,
+            mode=mode,
+            runner=self.runner_id,
+            owner=owner,
+            ttl_ms=s.ttl_ms,
+            host=self.host,
+            pid=self.pid,
+            concurrency=s.concurrency,
+            deadline_ms=deadline,
+            keep_ms=self._keep_ms(fire),
+            history_maxlen=self.rs.history_maxlen,
+            name=s.name,
+            runner_ttl_ms=RUNNER_TTL_MS,
+            wait=self.wait,
         )
-        st, now = str(res[0]), int(res[1])
+        self._contact(t0, res.now_ms)
+        self._replicas(res.replicas_acked, res.status == "run")
+        st, now = res.status, res.now_ms
         self.debug(f"cron {s.name}: tick {iso(fire)}: {st}")
         if st == "run":
+            assert res.token is not None
             self._start_job(
-                fire, int(res[2]), owner if s.concurrency != "allow" else "", now, since=sent
+                fire, res.token, owner if s.concurrency != "allow" else "", now, since=sent
             )
         elif st == "replace":
             self.log(f"cron {s.name}: tick {iso(fire)}: the running job is asked to stop")
@@ -591,30 +415,30 @@ class CronRunner:
                 give_up = "the running job did not stop in time to be replaced"
             sent = time.monotonic()
             try:
-                res = self._script(
-                    "cron-start-5",
-                    [self.k.run_lock, self.k.fence, self.k.state, self.k.history, self.wake_key],
-                    [
-                        fire,
-                        owner,
-                        s.ttl_ms,
-                        self.host,
-                        self.pid,
-                        give_up,
-                        self.rs.history_maxlen,
-                        s.name,
-                        0 if stopping else 1,
-                    ],
+                res = calls.cron_start(
+                    self.rs,
+                    self.k,
+                    fire_ms=fire,
+                    owner=owner,
+                    ttl_ms=s.ttl_ms,
+                    host=self.host,
+                    pid=self.pid,
+                    give_up=give_up,
+                    history_maxlen=self.rs.history_maxlen,
+                    name=s.name,
+                    take=not stopping,
                 )
+                self._contact(0.0)
             except Exception as exc:  # noqa: BLE001
                 if self.stop.is_set() or not _is_redis_down(exc):
                     self.log(f"cron {s.name}: replace of tick {iso(fire)} failed: {exc}")
                     return
                 self.stop.wait(0.5)
                 continue
-            st = str(res[0])
+            st = res.status
             if st == "run":
-                self._start_job(fire, int(res[2]), owner, int(res[1]), since=sent)
+                assert res.token is not None
+                self._start_job(fire, res.token, owner, res.now_ms, since=sent)
                 return
             if st == "superseded":
                 self.log(f"cron {s.name}: tick {iso(fire)} skipped: superseded by a newer tick")
@@ -635,57 +459,52 @@ class CronRunner:
 
     def _handle_sharded(self, fire: int, mode: str, deadline: int) -> str:
         s = self.spec
-        keys = [
-            self.k.ticks,
-            self.k.state,
-            self.k.shards(fire),
-            self.k.runners,
-            self.k.paused,
-            self.k.history,
-            self.k.fence,
-        ]
         total = 1 if s.broadcast else int(s.shards or 1)
 
-        def call(m: str) -> Any:
-            return self._script(
-                "cron-shard-7",
-                keys,
-                [
-                    fire,
-                    m,
-                    self.runner_id,
-                    total,
-                    deadline if mode == "fire" else 0,
-                    self._keep_ms(fire),
-                    self.rs.history_maxlen,
-                    s.name,
-                    self.host,
-                    self.pid,
-                    RUNNER_TTL_MS,
-                ],
+        def call(m: str) -> calls.CronShardReply:
+            t0 = time.time()
+            res = calls.cron_shard(
+                self.rs,
+                self.k,
+                fire_ms=fire,
+                mode=m,
+                runner=self.runner_id,
+                items=total,
+                deadline_ms=deadline if mode == "fire" else 0,
+                keep_ms=self._keep_ms(fire),
+                history_maxlen=self.rs.history_maxlen,
+                name=s.name,
+                host=self.host,
+                pid=self.pid,
+                runner_ttl_ms=RUNNER_TTL_MS,
+                wait=self.wait,
             )
+            self._contact(t0, res.now_ms)
+            self._replicas(res.replicas_acked, bool(res.items))
+            return res
 
         res = call("broadcast" if s.broadcast else "own")
-        st, now = str(res[0]), int(res[1])
+        st, now = res.status, res.now_ms
         if st != "ok":
             if st != "early":
                 self.debug(f"cron {s.name}: tick {iso(fire)}: {st}")
             return st
-        self._start_items(fire, res, now)
+        self._start_items(fire, res.items, now)
         if s.broadcast:
             return st
         # Take over items of runners that died before claiming theirs.
         delay = min(max(s.schedule.interval_ms(fire) // 3, 200), 2000)
         if self._wait_until(fire + delay):
             res = call("steal")
-            if str(res[0]) == "ok":
-                self._start_items(fire, res, int(res[1]), stolen=True)
+            if res.status == "ok":
+                self._start_items(fire, res.items, res.now_ms, stolen=True)
         return st
 
-    def _start_items(self, fire: int, res: list[Any], now: int, stolen: bool = False) -> None:
+    def _start_items(
+        self, fire: int, items: list[tuple[str, int]], now: int, stolen: bool = False
+    ) -> None:
         s = self.spec
-        for j in range(2, len(res), 2):
-            item, token = str(res[j]), int(res[j + 1])
+        for item, token in items:
             shard = 0 if s.broadcast else int(item)
             total = 1 if s.broadcast else int(s.shards or 1)
             if stolen:
@@ -755,180 +574,6 @@ def _close_client(client: Any) -> None:
         pass
 
 
-class JobRun:
-    """One run of a cron job: child process, watchdog, execution record."""
-
-    def __init__(
-        self,
-        runner: CronRunner,
-        fire: int,
-        token: int,
-        owner: str,
-        started_ms: int,
-        shard: tuple[int, int] | None,
-        since: float | None = None,
-    ):
-        self.r = runner
-        #: Monotonic send time of the call that took the run lock (its lease runs from then).
-        self.since = since
-        self.fire = fire
-        self.token = token
-        self.owner = owner
-        self.started_ms = started_ms  # server time of the claim; moved to the child's start
-        self._claimed = time.monotonic()
-        self.shard = shard
-        self.child: proc.Child | None = None
-        self.stop_reason: str | None = None
-        self._cancel = threading.Event()
-        self.lost = threading.Event()
-        self.dog: Watchdog | None = None
-        #: The run's watchdog blocks on the cron's wake key (replace): finish wakes it.
-        self._wakes = bool(owner) and runner.spec.concurrency == "replace"
-
-    def _waiter(self) -> Callable[[float], object]:
-        """The watchdog's wait between renewals (replace): ``BZPOPMIN`` on the wake key,
-        so that a runner asking this run to stop is heard at once, at no cost while idle."""
-        r = self.r
-        client = r.blocking_client()
-
-        def wait(timeout_s: float) -> object:
-            popped = client.bzpopmin([r.wake_key], timeout=timeout_s)
-            if popped and popped[1] in ("w", b"w") and self.dog is not None and self.dog.stopped:
-                # This run ended meanwhile: the wake-up is meant for the next holder.
-                r.rs.redis.zadd(r.wake_key, {"w": float(popped[2])})
-            return popped
-
-        return wait
-
-    def cancel(self, reason: str, grace_s: float | None = None) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        self._cancel.set()
-        if self.child is not None:
-            self.child.stop(reason, self.r.spec.grace_s if grace_s is None else grace_s)
-
-    def run(self) -> None:
-        r, s = self.r, self.r.spec
-        try:
-            self._run()
-        except Exception as exc:  # noqa: BLE001 - report, never kill the runner
-            r.log(
-                f"cron {s.name}: job for tick {iso(self.fire)} failed to run: {type(exc).__name__}: {exc}"
-            )
-
-    def _run(self) -> None:
-        r, s = self.r, self.r.spec
-        dog: Watchdog | None = None
-        if self.owner:
-
-            def renew() -> int:
-                return int(r.rs.scripts("lock-renew-1", [r.k.run_lock], [self.owner, s.ttl_ms])[0])
-
-            def on_lost(reason: str) -> None:
-                self.lost.set()
-                r.log(
-                    f"cron {s.name}: run lock of tick {iso(self.fire)} lost ({reason})"
-                    + ("; stopping the job" if s.on_lock_lost == "kill" else "; the job continues")
-                )
-                if s.on_lock_lost == "kill" and dog is not None:
-                    # SIGKILL before the lease can have expired (the grace is cut to fit)
-                    self.cancel("lock lost", dog.stop_grace(s.grace_s))
-
-            def on_cancel() -> None:
-                r.log(
-                    f"cron {s.name}: a newer tick replaces the run of {iso(self.fire)}; stopping it"
-                )
-                self.cancel("replaced by a newer tick")
-
-            wait = None
-            if s.concurrency == "replace":
-                wait = self._waiter()
-            dog = Watchdog(
-                renew,
-                s.ttl_ms,
-                on_lost=on_lost,
-                on_cancel=on_cancel,
-                name=f"rsched-watchdog-{s.name}",
-                wait=wait,
-            ).start(since=self.since)
-            self.dog = dog
-        if s.jitter_ms:
-            self._cancel.wait(random.uniform(0, s.jitter_ms) / 1000)
-        env = {
-            "RSCHED_NAME": s.name,
-            "RSCHED_FIRE_AT": iso(self.fire) or "",
-            "RSCHED_FENCING_TOKEN": str(self.token),
-        }
-        if self.shard is not None and not s.broadcast:
-            env["RSCHED_SHARD_INDEX"] = str(self.shard[0])
-            env["RSCHED_SHARD_TOTAL"] = str(self.shard[1])
-        t0 = time.monotonic()
-        self.started_ms += int((t0 - self._claimed) * 1000)  # after jitter, by the server's clock
-        if self._cancel.is_set():
-            result = proc.ChildResult(143, False, self.stop_reason, "", 0)
-        else:
-            self.child = proc.Child(s.command, env=proc.child_env(env))
-            if self._cancel.is_set():  # cancelled while starting
-                self.child.stop(self.stop_reason or "cancelled", s.grace_s)
-            result = self.child.wait(s.timeout_ms / 1000 if s.timeout_ms else None, s.grace_s)
-        if dog is not None:
-            # A blocking watchdog (replace) is woken by cron-finish-5, then joined.
-            dog.stop(join=not self._wakes)
-        if self.lost.is_set():
-            outcome = "lost"
-        elif result.timed_out:
-            outcome = "timeout"
-        elif result.ok:
-            outcome = "ok"
-        else:
-            outcome = "failed"
-        rec: dict[str, Any] = {
-            "kind": "cron",
-            "name": s.name,
-            "fire_ms": self.fire,
-            "started_ms": self.started_ms,
-            "duration_ms": int((time.monotonic() - t0) * 1000),
-            "result": outcome,
-            "exit_code": result.exit_code,
-            "host": r.host,
-            "pid": r.pid,
-            "attempt": 1,
-            "token": self.token,
-        }
-        if self.shard is not None and not s.broadcast:
-            rec["shard"], rec["shard_total"] = self.shard
-        if outcome != "ok":
-            rec["error"] = result.describe()
-        (r.debug if outcome == "ok" else r.log)(
-            f"cron {s.name}: tick {iso(self.fire)} {outcome}"
-            + (f" ({rec.get('error')})" if outcome != "ok" else "")
-            + f" in {rec['duration_ms']} ms"
-        )
-        self._finish(rec)
-
-    def _finish(self, rec: dict[str, Any]) -> None:
-        r = self.r
-        payload = json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
-        delay = 0.2
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                r.rs.scripts(
-                    "cron-finish-5",
-                    [r.k.run_lock, r.k.state, r.k.history, r.k.stats, r.wake_key],
-                    [self.owner, r.rs.history_maxlen, payload, int(self._wakes)],
-                )
-                break
-            except Exception as exc:  # noqa: BLE001
-                if not _is_redis_down(exc) or time.monotonic() > deadline:
-                    r.log(f"cron {r.spec.name}: could not record tick {iso(self.fire)}: {exc}")
-                    break
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        if self.dog is not None and self._wakes:
-            self.dog.join(2)
-
-
 def run_runners(
     rs: Context,
     specs: Sequence[CronSpec],
@@ -956,101 +601,3 @@ def run_runners(
     for t in threads:
         t.join(timeout=60)
     return runners
-
-
-# --- pause / resume / listing ------------------------------------------------------------
-def pause(rs: Context, name: str) -> bool:
-    """Pause cron ``name``; returns whether any runner ever registered it."""
-    validate.name(name, "NAME")
-    k = rs.keys.cron(name)
-    known = bool(rs.redis.sismember(rs.keys.crons, name))
-    rs.scripts("cron-pause-2", [k.paused, k.state], ["pause"])
-    return known
-
-
-def resume(rs: Context, name: str) -> bool:
-    """Resume cron ``name``; returns whether it was paused. The pause's span is kept
-    (state ``pause_from_ms`` / ``pause_to_ms``): ticks inside it that a runner only
-    catches up on later are recorded ``skipped`` (paused), not ``missed``."""
-    validate.name(name, "NAME")
-    k = rs.keys.cron(name)
-    return int(rs.scripts("cron-pause-2", [k.paused, k.state], ["resume"])[0]) == 1
-
-
-@dataclass
-class CronInfo:
-    name: str
-    schedule: str | None
-    tz: str | None
-    next_fire_ms: int | None
-    last_fire_ms: int | None
-    last_result: str | None
-    last_host: str | None
-    runners: int
-    paused: bool
-    running: bool
-    dialect: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "schedule": self.schedule,
-            "tz": self.tz,
-            "dialect": self.dialect,
-            "next_fire_at": iso(self.next_fire_ms),
-            "next_fire_ms": self.next_fire_ms,
-            "last_fire_at": iso(self.last_fire_ms),
-            "last_fire_ms": self.last_fire_ms,
-            "last_result": self.last_result,
-            "last_host": self.last_host,
-            "runners": self.runners,
-            "paused": self.paused,
-            "running": self.running,
-        }
-
-
-def list_crons(rs: Context) -> list[CronInfo]:
-    names = sorted(rs.redis.smembers(rs.keys.crons))
-    now = rs.now_ms()
-    if not names:
-        return []
-    pipe = rs.redis.pipeline(transaction=False)
-    for n in names:
-        k = rs.keys.cron(n)
-        pipe.hgetall(k.state)
-        pipe.exists(k.paused)
-        pipe.zcount(k.runners, now, "+inf")
-        pipe.exists(k.run_lock)
-    res = pipe.execute()
-    out = []
-    for i, n in enumerate(names):
-        st, paused, runners, running = res[4 * i : 4 * i + 4]
-        nxt = None
-        dialect = st.get("dialect") or (
-            cronexpr.dialect_of(st["schedule"], None) if st.get("schedule") else None
-        )
-        if st.get("schedule"):
-            try:
-                nxt = cronexpr.parse(
-                    st["schedule"], st.get("tz") or "UTC", dialect=dialect
-                ).next_after(now)
-            except errors.BadInput:
-                nxt = None
-        lf = st.get("last_run_fire")
-        out.append(
-            CronInfo(
-                n,
-                st.get("schedule"),
-                st.get("tz"),
-                nxt,
-                int(lf) if lf else None,
-                st.get("last_result"),
-                st.get("last_host"),
-                int(runners),
-                bool(paused),
-                bool(running),
-                dialect,
-            )
-        )
-    return out

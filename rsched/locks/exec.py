@@ -18,23 +18,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsched.core import cronexpr, errors, replication, validate
-from rsched.core.timeutil import iso
+from rsched.core.timeutil import iso, parse_duration
 from rsched.locks.lock import (
     DEFAULT_TTL_MS,
     MIN_TTL_MS,
     WAKE_KEEP_MS,
     Holder,
-    Watchdog,
-    _dumps,
-    _int,
     new_owner_id,
     wait_for_release,
 )
+from rsched.locks.watchdog import Watchdog, run_result
+from rsched.lua import calls
 from rsched.runtime import proc
 from rsched.runtime.loop import stop_signals
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
+    from rsched.core.keys import LockKeys
     from rsched.core.replication import WaitPolicy
 
 IF_LOCKED = ("skip", "wait", "fail")
@@ -98,27 +98,47 @@ class OncePer:
         return max(3 * interval, MIN_TICK_KEEP_MS)
 
 
-def run_exec(
-    rs: Context,
+@dataclass(frozen=True)
+class ExecSpec:
+    """One `rsched exec`, checked (:func:`make_exec_spec`): what :func:`run_exec` runs."""
+
+    name: str
+    command: list[str]
+    ttl_ms: int = DEFAULT_TTL_MS
+    once_per: OncePer | None = None
+    if_locked: str = "skip"
+    wait_timeout_ms: int | None = None
+    timeout_ms: int | None = None
+    on_lock_lost: str = "kill"
+    grace_s: float = 5.0
+
+
+def make_exec_spec(
     name: str,
-    command: Sequence[str],
+    command: str | Sequence[str],
     *,
-    ttl_ms: int = DEFAULT_TTL_MS,
+    ttl: str | int = DEFAULT_TTL_MS,
     once_per: str | None = None,
     tz: str = "UTC",
     dialect: str | None = None,
     if_locked: str = "skip",
-    wait_timeout_ms: int | None = None,
-    timeout_ms: int | None = None,
+    wait_timeout: str | int | None = None,
+    timeout: str | int | None = None,
     on_lock_lost: str = "kill",
     grace_s: float = 5.0,
-    log: Callable[[str], None] | None = None,
-    wait: WaitPolicy | None = None,
-    warn: Callable[[str], None] | None = None,
-) -> ExecOutcome:
-    """Run ``command`` under lock ``name``; see the module doc. Input is checked
-    before anything is written to Redis."""
-    say = log or (lambda _m: None)
+) -> ExecSpec:
+    """Check every option of `rsched exec` (naming the flag) before anything
+    touches Redis; durations are text (``30s``) or ms."""
+    rule = OncePer(once_per, tz, dialect) if once_per is not None else None
+    ttl_ms = parse_duration(ttl, "--ttl") if isinstance(ttl, str) else ttl
+    wait_timeout_ms = (
+        parse_duration(wait_timeout, "--wait-timeout")
+        if isinstance(wait_timeout, str)
+        else wait_timeout
+    )
+    timeout_ms = parse_duration(timeout, "--timeout") if isinstance(timeout, str) else timeout
+    if wait_timeout is not None and if_locked != "wait":
+        raise errors.BadInput("--wait-timeout", "only applies with --if-locked wait")
     validate.name(name, "--lock")
     if ttl_ms < MIN_TTL_MS:
         raise errors.BadInput("--ttl", f"must be at least {MIN_TTL_MS}ms")
@@ -141,17 +161,39 @@ def run_exec(
     argv = proc.split_command(list(command) if not isinstance(command, str) else command, "CMD")
     if dialect and not once_per:
         raise errors.BadInput("--dialect", "applies to --once-per CRON; give --once-per")
-    rule = OncePer(once_per, tz, dialect) if once_per else None
+    return ExecSpec(
+        name,
+        argv,
+        ttl_ms=int(ttl_ms),
+        once_per=rule,
+        if_locked=if_locked,
+        wait_timeout_ms=wait_timeout_ms,
+        timeout_ms=timeout_ms,
+        on_lock_lost=on_lock_lost,
+        grace_s=grace_s,
+    )
 
+
+def run_exec(
+    rs: Context,
+    spec: ExecSpec,
+    *,
+    log: Callable[[str], None] | None = None,
+    wait: WaitPolicy | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> ExecOutcome:
+    """Run ``spec.command`` under lock ``spec.name``; see the module doc. The spec
+    was checked when it was made (:func:`make_exec_spec`)."""
+    say = log or (lambda _m: None)
     # SIGTERM/SIGINT/SIGHUP from here on: while waiting for the lock, stop waiting;
     # once it is held, stop the child's group gracefully and release the lock. (A
     # KeyboardInterrupt between acquiring and starting would leave the lock to its TTL.)
-    sig = _Signals(grace_s)
+    sig = _Signals(spec.grace_s)
     with stop_signals(sig.on_signal, signals=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)):
         return _run_exec(
-            rs, name, argv, rule, sig,
-            ttl_ms=ttl_ms, if_locked=if_locked, wait_timeout_ms=wait_timeout_ms,
-            timeout_ms=timeout_ms, on_lock_lost=on_lock_lost, grace_s=grace_s,
+            rs, spec.name, spec.command, spec.once_per, sig,
+            ttl_ms=spec.ttl_ms, if_locked=spec.if_locked, wait_timeout_ms=spec.wait_timeout_ms,
+            timeout_ms=spec.timeout_ms, on_lock_lost=spec.on_lock_lost, grace_s=spec.grace_s,
             say=say, wait=wait, warn=warn,
         )  # fmt: skip
 
@@ -215,35 +257,32 @@ def _run_exec(
         keep = rule.keep_ms(now) if rule else 0
         sent = time.monotonic()  # the lease runs from (at the latest) now
         try:
-            res = rs.scripts(
-                "exec-acquire-3",
-                [k.lock, k.fence, k.ticks],
-                [
-                    owner,
-                    ttl_ms,
-                    ident["host"],
-                    ident["pid"],
-                    -1 if fire_ms is None else fire_ms,
-                    keep,
-                ],
+            res = calls.exec_acquire(
+                rs,
+                k,
+                owner=owner,
+                ttl_ms=ttl_ms,
+                host=str(ident["host"]),
+                pid=int(ident["pid"]),
+                fire_ms=fire_ms,
+                keep_ms=keep,
             )
         except errors.RedisFull as exc:
             raise errors.RedisFull(
                 f"{exc}; lock {name!r} was not taken and the command was not run"
             ) from exc
-        status = res[0]
+        status = res.status
         if status == "ok":
-            token, started_ms = int(res[2]), int(res[1])
+            assert res.token is not None
+            token, started_ms = res.token, res.now_ms
             break
         if status == "early":  # the server's clock moved back between TIME and the claim
             continue
         if status == "done":
-            note = (
-                f"tick {iso(fire_ms)} of lock {name!r} already ran (claimed at {iso(_int(res[2]))})"
-            )
+            note = f"tick {iso(fire_ms)} of lock {name!r} already ran (claimed at {iso(res.claimed_ms)})"
             say(note)
             return ExecOutcome("done", 0, fire_ms=fire_ms, note=note)
-        holder = Holder(str(res[2]), _int(res[3]), _int(res[4]), int(res[5]))
+        holder = Holder.of(res)
         note = f"lock {name!r} is {holder.describe()}"
         if if_locked == "skip":
             say(note + "; skipped")
@@ -301,7 +340,7 @@ def _run_exec(
             child.stop("lock lost", dog.stop_grace(grace_s))
 
     def renew() -> int:
-        return int(rs.scripts("lock-renew-1", [k.lock], [owner, ttl_ms])[0])
+        return calls.lock_renew(rs, k.lock, owner, ttl_ms)
 
     dog = Watchdog(renew, ttl_ms, on_lost=on_lost, name=f"rsched-exec-{name}").start(since=sent)
 
@@ -311,14 +350,7 @@ def _run_exec(
         result = child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
     finally:
         dog.stop()
-    if lost.is_set():
-        outcome = "lost"
-    elif result.timed_out:
-        outcome = "timeout"
-    elif result.ok:
-        outcome = "ok"
-    else:
-        outcome = "failed"
+    outcome = run_result(lost.is_set(), result.timed_out, result.ok)
     rec: dict[str, Any] = {
         "kind": "exec",
         "name": name,
@@ -334,7 +366,7 @@ def _run_exec(
     }
     if outcome != "ok":
         rec["error"] = result.describe()
-    _release_with_retry(rs, k.lock, k.history, k.wake, owner, rec, sig, warn or say)
+    _release_with_retry(rs, k, owner, rec, sig, warn or say)
     note = result.stderr_tail if child.popen is None else ""  # could not even start it
     return ExecOutcome(
         "ran", sig.status(result.exit_code), result=outcome, token=token, fire_ms=fire_ms, note=note
@@ -343,9 +375,7 @@ def _run_exec(
 
 def _release_with_retry(
     rs: Context,
-    lock_key: str,
-    hist_key: str,
-    wake_key: str,
+    k: LockKeys,
     owner: str,
     rec: dict[str, Any],
     sig: _Signals | None = None,
@@ -362,10 +392,13 @@ def _release_with_retry(
     pending = False
     while True:
         try:
-            rs.scripts(
-                "lock-release-3",
-                [lock_key, hist_key, wake_key],
-                [owner, rs.history_maxlen, _dumps(rec), WAKE_KEEP_MS],
+            calls.lock_release(
+                rs,
+                k,
+                owner=owner,
+                history_maxlen=rs.history_maxlen,
+                record=rec,
+                keep_ms=WAKE_KEEP_MS,
             )
             if pending and note:
                 note(
@@ -399,4 +432,4 @@ def _release_with_retry(
             delay = min(delay * 2, 2.0)
 
 
-__all__ = ["run_exec", "ExecOutcome", "OncePer", "os"]
+__all__ = ["run_exec", "make_exec_spec", "ExecSpec", "ExecOutcome", "OncePer", "os"]

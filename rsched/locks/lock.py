@@ -8,23 +8,11 @@ TTL; acquiring INCRs the name's fence counter. Renewal and release check the
 owner id inside Lua, so a holder whose lease expired can never extend or
 delete a lock someone else took since.
 
-The watchdog. While the ``with`` block runs, a thread renews the lease every
-TTL/3. The lease runs, at the latest, from the moment the last renewal that
-succeeded was *sent* (the server set the new expiry after that), so the
-holder knows, by its own monotonic clock, the earliest moment another client
-can take the lock: that send time plus the TTL. The watchdog declares the
-lock *lost* a margin before it (:func:`loss_margin_ms`: a fifth of the TTL,
-100 ms to 2 s), whatever the network does: each renewal runs in a helper
-thread and the watchdog waits for its answer only until that moment, so a
-renewal stuck behind a partition (a socket timeout of 10 s, a TCP
-retransmission, a half-open connection) cannot delay the verdict. Then
-:attr:`Lock.lost` is set and ``on_lost`` is called, so that the work can
-stop; ``rsched exec`` and ``rsched run cron`` stop their job then, with a
-SIGKILL no later than half the margin before the lease can have expired
-(:meth:`Watchdog.stop_grace`). A renewal that answers "not yours" (expired,
-or taken away with ``rsched unlock``) is a loss at once. Measured under a
-partition (a proxy that stops forwarding): TTL 1 s lost 0.80 s, 2 s lost
-1.60 s, 30 s lost 28.0 s after the last renewal that went through.
+The watchdog (:mod:`rsched.locks.watchdog`): while the ``with`` block runs,
+a thread renews the lease every TTL/3 and declares the lock lost a margin
+before the lease can have expired, whatever the network does; then
+:attr:`Lock.lost` is set and ``on_lost`` is called, so that the work can stop.
+Listing and an operator's release are in :mod:`rsched.locks.admin`.
 
 The watchdog thread holds the :class:`Lock` only through a weak reference: a
 lock that is dropped while held (never released) is garbage-collected, its
@@ -55,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from rsched.core import errors, validate
-from rsched.core.defaults import host_id
+from rsched.locks.watchdog import GONE, MIN_BLOCK_S, WAIT_SLACK_S, Watchdog
+from rsched.lua import calls
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
@@ -64,22 +53,10 @@ DEFAULT_TTL_MS = 30_000
 MIN_TTL_MS = 300
 #: How long a release's wake-up waits for a waiter that is about to block.
 WAKE_KEEP_MS = 5_000
-#: ``renew()``'s answer when the lock it renewed was garbage-collected.
-GONE = -1
-#: A wake-up wait that got no answer this long after its timeout is abandoned.
-_WAIT_SLACK_S = 0.5
-#: The shortest timeout given to a blocking command (Redis reads 0 as "forever").
-_MIN_BLOCK_S = 0.01
 
 
 def new_owner_id() -> str:
     return secrets.token_hex(12)
-
-
-def loss_margin_ms(ttl_ms: int) -> int:
-    """How long before the lease can have expired the watchdog declares it lost:
-    a fifth of the TTL, at least 100 ms and at most 2 s."""
-    return min(max(int(ttl_ms) // 5, 100), 2000)
 
 
 @dataclass
@@ -94,202 +71,10 @@ class Holder:
     def describe(self) -> str:
         return f"held by {self.host or '?'} pid {self.pid} (fencing token {self.token}, {self.ttl_ms} ms left)"
 
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-class _Call:
-    """One call run in a helper thread, so that its caller can stop waiting for it."""
-
-    def __init__(self, fn: Callable[[], Any], kick: threading.Event, name: str):
-        self.done = False
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self._fn = fn
-        self._kick = kick
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            self.result = self._fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            self.error = exc
-        finally:
-            self.done = True
-            self._kick.set()
-
-
-class Watchdog:
-    """Renews a lease every ``ttl/3`` in a daemon thread (see the module doc).
-
-    ``renew()`` returns 1 (renewed), 0 (lost), 2 (renewed, but the holder was
-    asked to stop) or :data:`GONE` (the lock object is gone: stop quietly). It
-    runs in a helper thread; Redis errors are retried quickly. The lease is
-    declared lost at :attr:`lost_at`: the send time of the last renewal that
-    succeeded (or of the acquisition, given to :meth:`start`) plus the TTL
-    minus :func:`loss_margin_ms`, by the local monotonic clock (which also
-    covers a process that was SIGSTOPped), even while a renewal hangs.
-
-    ``wait(timeout_s)``, when given, replaces the sleep between renewals: it
-    blocks up to ``timeout_s`` and may return early (a wake-up, such as a
-    ``BZPOPMIN`` on a key another process pushes to when it asks the holder to
-    stop), after which the watchdog renews at once. It runs in a helper thread
-    too (a wait that hangs past its timeout is abandoned). Whoever ends the run
-    makes it return; :meth:`stop` never waits for it.
-    """
-
-    def __init__(
-        self,
-        renew: Callable[[], int],
-        ttl_ms: int,
-        *,
-        on_lost: Callable[[str], None] | None = None,
-        on_cancel: Callable[[], None] | None = None,
-        name: str = "watchdog",
-        wait: Callable[[float], object] | None = None,
-    ):
-        self._renew = renew
-        self._wait = wait
-        self.ttl_ms = ttl_ms
-        self.margin_ms = loss_margin_ms(ttl_ms)
-        self.on_lost = on_lost
-        self.on_cancel = on_cancel
-        self.name = name
-        self.lost = threading.Event()
-        self.lost_reason = ""
-        #: Monotonic time the loss was declared (None while not lost).
-        self.lost_time: float | None = None
-        self.cancelled = threading.Event()
-        self._stop = threading.Event()
-        self._kick = threading.Event()  # set by stop() and by each helper call's end
-        self._last_ok = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self, since: float | None = None) -> Watchdog:
-        """Start renewing; ``since``: the monotonic time the acquisition was sent
-        (default: now, which is later than the truth)."""
-        self._last_ok = time.monotonic() if since is None else since
-        self._thread.start()
-        return self
-
-    def stop(self, join: bool = True) -> None:
-        self._stop.set()
-        self._kick.set()
-        if join:
-            self.join(5)
-
-    def join(self, timeout: float) -> None:
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=timeout)
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    @property
-    def last_ok(self) -> float:
-        """Monotonic send time of the last renewal that succeeded (or of the acquisition)."""
-        return self._last_ok
-
-    @property
-    def expires_at(self) -> float:
-        """Monotonic time from which another client may hold the lock."""
-        return self._last_ok + self.ttl_ms / 1000
-
-    @property
-    def lost_at(self) -> float:
-        """Monotonic time at which the lease is declared lost unless renewed."""
-        return self._last_ok + (self.ttl_ms - self.margin_ms) / 1000
-
-    def stop_grace(self, grace_s: float) -> float:
-        """The grace a job stopped for a lost lease may get: ``grace_s``, cut so
-        that the SIGKILL after it comes half the margin before :attr:`expires_at`."""
-        left = self.expires_at - self.margin_ms / 2000 - time.monotonic()
-        return max(0.0, min(grace_s, left))
-
-    def _call(self, fn: Callable[[], Any], until: float) -> _Call | None:
-        """Run ``fn`` in a helper thread; the call, or None when it had not
-        returned by ``until`` (monotonic) or the watchdog was stopped."""
-        self._kick.clear()
-        call = _Call(fn, self._kick, self.name + "-call")
-        while True:
-            if call.done:
-                return call
-            left = until - time.monotonic()
-            if left <= 0 or self._stop.is_set():
-                return None
-            self._kick.wait(left)
-            self._kick.clear()
-
-    def _sleep(self, wait: float) -> bool:
-        """Wait until the next renewal; True when the watchdog is stopped."""
-        if self._wait is None or wait < _MIN_BLOCK_S:
-            # (a blocking command's timeout that rounds down to 0 ms would block forever)
-            return self._stop.wait(wait)
-        if self._stop.is_set():
-            return True
-        t0 = time.monotonic()
-        waiter = self._wait
-        until = min(t0 + wait + _WAIT_SLACK_S, self.lost_at)
-        call = self._call(lambda: waiter(wait), until)
-        if call is not None and call.error is not None:
-            # Redis trouble: the renewal below deals with it
-            self._stop.wait(max(0.0, min(wait, 0.25) - (time.monotonic() - t0)))
-        return self._stop.is_set()
-
-    def _lose(self, reason: str) -> None:
-        if self.lost.is_set() or self._stop.is_set():
-            return
-        self.lost_reason = reason
-        self.lost_time = time.monotonic()
-        self.lost.set()
-        if self.on_lost:
-            self.on_lost(reason)
-
-    def _deadline_passed(self) -> str:
-        return (
-            f"no renewal got through for {self.ttl_ms - self.margin_ms} ms "
-            f"(Redis unreachable or too slow); the {self.ttl_ms} ms lease may expire "
-            f"{self.margin_ms} ms later"
-        )
-
-    def _run(self) -> None:
-        interval = max(self.ttl_ms / 3000.0, 0.05)
-        wait = interval
-        while not self._sleep(max(0.0, min(wait, self.lost_at - time.monotonic()))):
-            # Local check first: after a SIGSTOP / long pause the lease may be gone.
-            if time.monotonic() >= self.lost_at:
-                self._lose(self._deadline_passed())
-                return
-            sent = time.monotonic()  # the new lease runs from (at the latest) now
-            call = self._call(self._renew, self.lost_at)
-            if self._stop.is_set():
-                return
-            if call is None:  # no answer in time: the renewal hangs (a partition?)
-                self._lose(self._deadline_passed())
-                return
-            if call.error is not None:
-                if isinstance(call.error, redis.RedisError | errors.RedisUnavailable | OSError):
-                    wait = min(interval, 0.25)  # retry soon; give up at lost_at
-                    continue
-                self._lose(f"renewal failed: {call.error}")  # never die silently
-                return
-            st = call.result
-            if st == GONE:
-                return
-            if st == 0:
-                self._lose("the lock expired or was taken by another owner")
-                return
-            self._last_ok = sent
-            wait = interval
-            if st == 2 and not self.cancelled.is_set():
-                self.cancelled.set()
-                if self.on_cancel:
-                    self.on_cancel()
+    @classmethod
+    def of(cls, reply: calls.LockAcquireReply) -> Holder:
+        """The holder named in a refused acquisition."""
+        return cls(reply.holder_host, reply.holder_pid, reply.holder_token, reply.holder_ttl_ms)
 
 
 def check_wait(wait: Any, field: str = "wait") -> float | None:
@@ -347,7 +132,7 @@ def wait_for_release(
     # -1: a lock without a TTL (someone PERSISTed it): try again every second
     ttl_s = holder_ttl_ms / 1000 + 0.005 if holder_ttl_ms >= 0 else 1.0
     timeout = min(left, ttl_s, _max_block_s(client))
-    timeout = max(round(timeout, 3), _MIN_BLOCK_S)  # BLPOP 0 would block forever
+    timeout = max(round(timeout, 3), MIN_BLOCK_S)  # BLPOP 0 would block forever
     if woken is None:
         client.blpop([wake_key], timeout=timeout)
         return
@@ -361,11 +146,7 @@ def wait_for_release(
             woken.set()
 
     threading.Thread(target=call, name="rsched-lock-wait", daemon=True).start()
-    woken.wait(timeout + _WAIT_SLACK_S)
-
-
-def _renew(rs: Context, key: str, owner: str, ttl_ms: int) -> int:
-    return int(rs.scripts("lock-renew-1", [key], [owner, ttl_ms])[0])
+    woken.wait(timeout + WAIT_SLACK_S)
 
 
 def _renewer(ref: weakref.ref[Lock]) -> Callable[[], int]:
@@ -377,7 +158,7 @@ def _renewer(ref: weakref.ref[Lock]) -> Callable[[], int]:
             return GONE
         rs, key, owner, ttl_ms = lk.rs, lk.keys.lock, lk.owner, lk.ttl_ms
         del lk  # not held during the call: the lock may be collected meanwhile
-        return _renew(rs, key, owner, ttl_ms)
+        return calls.lock_renew(rs, key, owner, ttl_ms)
 
     return renew
 
@@ -452,25 +233,26 @@ class Lock:
 
     def try_acquire(self) -> int | Holder:
         ident = self.rs.identity()
-        keys = [self.keys.lock, self.keys.fence]
-        args = [self.owner, self.ttl_ms, ident["host"], ident["pid"]]
+        res = calls.lock_acquire(
+            self.rs,
+            self.keys,
+            owner=self.owner,
+            ttl_ms=self.ttl_ms,
+            host=str(ident["host"]),
+            pid=int(ident["pid"]),
+            wait=self.wait_policy,
+        )
         if self.wait_policy:
-            from rsched.core.replication import script_and_wait
-
-            res, self.replicas_acked = script_and_wait(
-                self.rs, "lock-acquire-2", keys, args, self.wait_policy
-            )
-        else:
-            res = self.rs.scripts("lock-acquire-2", keys, args)
-        if int(res[0]) == 1:
-            self.token = int(res[1])
-            self.acquired_ms = int(res[2])
+            self.replicas_acked = res.replicas_acked
+        if res.token is not None:
+            self.token = res.token
+            self.acquired_ms = res.now_ms
             try:
                 self.rs.redis.sadd(self.rs.keys.locks, self.name)
             except redis.RedisError:
                 pass
             return self.token
-        return Holder(str(res[2]), _int(res[3]), _int(res[4]), int(res[5]))
+        return Holder.of(res)
 
     def acquire(self) -> int:
         deadline = None if not self.wait else time.monotonic() + self.wait
@@ -494,7 +276,7 @@ class Lock:
             wait_for_release(self.rs.redis, self.keys.wake, got.ttl_ms, deadline)
 
     def renew(self) -> int:
-        return _renew(self.rs, self.keys.lock, self.owner, self.ttl_ms)
+        return calls.lock_renew(self.rs, self.keys.lock, self.owner, self.ttl_ms)
 
     def release(self, record: dict[str, Any] | None = None) -> bool:
         if self._finalizer is not None:
@@ -502,17 +284,14 @@ class Lock:
             self._finalizer = None
         if self._watchdog:
             self._watchdog.stop()
-        res = self.rs.scripts(
-            "lock-release-3",
-            [self.keys.lock, self.keys.history, self.keys.wake],
-            [
-                self.owner,
-                self.rs.history_maxlen if record else 0,
-                _dumps(record) if record else "",
-                WAKE_KEEP_MS,
-            ],
+        return calls.lock_release(
+            self.rs,
+            self.keys,
+            owner=self.owner,
+            history_maxlen=self.rs.history_maxlen,
+            record=record,
+            keep_ms=WAKE_KEEP_MS,
         )
-        return int(res[0]) == 1
 
     def __enter__(self) -> int:
         return self.acquire()
@@ -524,122 +303,4 @@ class Lock:
             pass  # the lease expires on its own
 
 
-def _dumps(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-# --- listing and operator release ------------------------------------------------
-@dataclass
-class LockInfo:
-    name: str
-    kind: str  # "lock" (exec / library) or "cron" (a cron's run lock)
-    host: str
-    pid: int | None
-    token: int | None
-    since_ms: int | None
-    ttl_ms: int
-    held_ms: int | None
-    fire_ms: int | None
-
-    @property
-    def owner(self) -> str:
-        return f"{self.host}:{self.pid}"
-
-    def to_json(self) -> dict[str, Any]:
-        from rsched.core.timeutil import iso
-
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "owner": self.owner,
-            "host": self.host,
-            "pid": self.pid,
-            "ttl_ms": self.ttl_ms,
-            "held_ms": self.held_ms,
-            "token": self.token,
-            "since": iso(self.since_ms),
-            "since_ms": self.since_ms,
-            "fire_at": iso(self.fire_ms),
-            "fire_ms": self.fire_ms,
-        }
-
-
-def list_locks(rs: Context, pattern: str | None = None, count: int = 500) -> list[LockInfo]:
-    """Held locks (SCAN, never KEYS); ``pattern`` is a glob on the lock name."""
-    import fnmatch
-
-    now = rs.now_ms()
-    out: list[LockInfo] = []
-    for kind, match in (
-        ("lock", rs.keys.lock_scan_pattern()),
-        ("cron", rs.keys.cron_lock_scan_pattern()),
-    ):
-        keys = sorted(set(rs.redis.scan_iter(match=match, count=count)))
-        if not keys:
-            continue
-        pipe = rs.redis.pipeline(transaction=False)
-        for k in keys:
-            pipe.hmget(k, "host", "pid", "token", "since", "fire")
-            pipe.pttl(k)
-        res = pipe.execute()
-        for i, k in enumerate(keys):
-            name = rs.keys.lock_name_from_key(k)
-            if pattern and not fnmatch.fnmatchcase(name, pattern):
-                continue
-            host, pid, token, since, fire = res[2 * i]
-            ttl = int(res[2 * i + 1])
-            if token is None or ttl == -2:
-                continue  # expired between SCAN and HMGET
-            s = _int(since)
-            out.append(
-                LockInfo(
-                    name,
-                    kind,
-                    host or "",
-                    _int(pid),
-                    _int(token),
-                    s,
-                    ttl,
-                    now - s if s is not None else None,
-                    _int(fire),
-                )
-            )
-    out.sort(key=lambda x: (x.name, x.kind))
-    return out
-
-
-def unlock(rs: Context, name: str, token: str | None = None, force: bool = False) -> int:
-    """Release lock ``name`` by its fencing token (or ``force``). A cron's run lock
-    is released when no plain lock of that name is held."""
-    validate.name(name, "NAME")
-    if not force and not token:
-        raise errors.BadInput(
-            "--token", "give the fencing token shown by `rsched locks`, or --force"
-        )
-    if token is not None and not (str(token).isascii() and str(token).isdigit()):
-        raise errors.BadInput(
-            "--token", f"{token!r} is not a fencing token (a whole number from `rsched locks`)"
-        )
-    arg = "" if force else str(token)
-    lk = rs.keys.lock(name)
-    keys, wake = [lk.lock, lk.wake], 1
-    if not rs.redis.exists(lk.lock) and rs.redis.exists(rs.keys.cron(name).run_lock):
-        run_lock = rs.keys.cron(name).run_lock
-        keys, wake = [run_lock, run_lock], 0  # a cron's run lock has no waiters to wake
-    return int(rs.scripts("lock-unlock-2", keys, [arg, WAKE_KEEP_MS, wake]))
-
-
-__all__ = [
-    "Lock",
-    "Watchdog",
-    "Holder",
-    "check_wait",
-    "loss_margin_ms",
-    "wait_for_release",
-    "LockInfo",
-    "list_locks",
-    "unlock",
-    "host_id",
-]
+__all__ = ["Lock", "Holder", "check_wait", "wait_for_release", "new_owner_id"]

@@ -210,27 +210,345 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 # === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
 #     cron-pause-2, cron-shard-7 ===============================================
-#
-# (the cron runner's calls go here)
-#
-#
-#
-#
-#
-#
+from collections.abc import Mapping  # noqa: E402 - this section's own imports
+from dataclasses import dataclass  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.core.keys import CronKeys, LockKeys
+    from rsched.core.replication import WaitPolicy
+
+# (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
+# :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
+# on one connection and the reply says how many replicas acknowledged it.)
+
+
+@dataclass(frozen=True, slots=True)
+class CronTickReply:
+    """What ``cron-tick-8`` answers: the status (see the script's header), the
+    server's clock, the run's fencing token (``run``), and with a WaitPolicy the
+    replicas that acknowledged the claim (else None)."""
+
+    status: str
+    now_ms: int
+    token: int | None = None
+    replicas_acked: int | None = None
+
+
+def cron_tick(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    fire_ms: int,
+    mode: str,
+    runner: str,
+    owner: str,
+    ttl_ms: int,
+    host: str,
+    pid: int,
+    concurrency: str,
+    deadline_ms: int,
+    keep_ms: int,
+    history_maxlen: int,
+    name: str,
+    runner_ttl_ms: int,
+    wait: WaitPolicy | None = None,
+) -> CronTickReply:
+    """``cron-tick-8``: claim tick ``fire_ms`` (``mode`` 'fire' or 'missed') and
+    apply the cron's policies; ``wait``: WAIT for replicas after it."""
+    keys = [k.ticks, k.state, k.run_lock, k.fence, k.paused, k.history, k.runners, k.wake]
+    args: list[Any] = [
+        fire_ms,
+        mode,
+        runner,
+        owner,
+        ttl_ms,
+        host,
+        pid,
+        concurrency,
+        deadline_ms,
+        keep_ms,
+        history_maxlen,
+        name,
+        runner_ttl_ms,
+    ]
+    res, acked = _cron_call(ctx, "cron-tick-8", keys, args, wait)
+    st = str(res[0])
+    return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None, acked)
+
+
+def cron_start(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    fire_ms: int,
+    owner: str,
+    ttl_ms: int,
+    host: str,
+    pid: int,
+    give_up: str,
+    history_maxlen: int,
+    name: str,
+    take: bool,
+) -> CronTickReply:
+    """``cron-start-5``: take the run lock for a tick that waits to replace the
+    running one: status 'run' (with the token), 'held', 'skipped' or 'superseded'."""
+    res = ctx.scripts(
+        "cron-start-5",
+        [k.run_lock, k.fence, k.state, k.history, k.wake],
+        [fire_ms, owner, ttl_ms, host, pid, give_up, history_maxlen, name, 1 if take else 0],
+    )
+    st = str(res[0])
+    return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None)
+
+
+def cron_finish(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    owner: str,
+    history_maxlen: int,
+    record: Mapping[str, Any],
+    wake: bool,
+) -> bool:
+    """``cron-finish-5``: a run ended: release the run lock (``owner`` "" when the
+    run held none), append ``record`` (JSON-encoded here); ``wake``: end the
+    run's blocking watchdog's wait. Whether the lock was released."""
+    res = ctx.scripts(
+        "cron-finish-5",
+        [k.run_lock, k.state, k.history, k.stats, k.wake],
+        [owner, history_maxlen, _cron_json(record), 1 if wake else 0],
+    )
+    return int(res[0]) == 1
+
+
+def cron_heartbeat(ctx: Ctx, k: CronKeys, runner: str, ttl_ms: int) -> tuple[int, int]:
+    """``cron-heartbeat-1``: keep ``runner``'s registration; (live runners, server now)."""
+    res = ctx.scripts("cron-heartbeat-1", [k.runners], [runner, ttl_ms])
+    return int(res[0]), int(res[1])
+
+
+def cron_pause(ctx: Ctx, k: CronKeys, pause: bool) -> bool:
+    """``cron-pause-2``: pause (or resume) the cron; whether that changed anything."""
+    res = ctx.scripts("cron-pause-2", [k.paused, k.state], ["pause" if pause else "resume"])
+    return int(res[0]) == 1
+
+
+@dataclass(frozen=True, slots=True)
+class CronShardReply:
+    """What ``cron-shard-7`` answers: the status ('early', 'missed', 'paused',
+    'ok'), the server's clock, the items claimed with their fencing tokens, and
+    with a WaitPolicy the replicas that acknowledged the claim (else None)."""
+
+    status: str
+    now_ms: int
+    items: list[tuple[str, int]]
+    replicas_acked: int | None = None
+
+
+def cron_shard(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    fire_ms: int,
+    mode: str,
+    runner: str,
+    items: int,
+    deadline_ms: int,
+    keep_ms: int,
+    history_maxlen: int,
+    name: str,
+    host: str,
+    pid: int,
+    runner_ttl_ms: int,
+    wait: WaitPolicy | None = None,
+) -> CronShardReply:
+    """``cron-shard-7``: claim this runner's items of tick ``fire_ms`` (``mode``
+    'own', 'steal' or 'broadcast'); ``wait``: WAIT for replicas after it."""
+    keys = [k.ticks, k.state, k.shards(fire_ms), k.runners, k.paused, k.history, k.fence]
+    args: list[Any] = [
+        fire_ms,
+        mode,
+        runner,
+        items,
+        deadline_ms,
+        keep_ms,
+        history_maxlen,
+        name,
+        host,
+        pid,
+        runner_ttl_ms,
+    ]
+    res, acked = _cron_call(ctx, "cron-shard-7", keys, args, wait)
+    got = [(str(res[j]), int(res[j + 1])) for j in range(2, len(res), 2)]
+    return CronShardReply(str(res[0]), int(res[1]), got, acked)
+
+
+def _cron_call(
+    ctx: Ctx, name: str, keys: list[str], args: list[Any], wait: WaitPolicy | None
+) -> tuple[Any, int | None]:
+    if not wait:
+        return ctx.scripts(name, keys, args), None
+    from rsched.core.replication import script_and_wait
+
+    return script_and_wait(ctx, name, keys, args, wait)  # type: ignore[arg-type]
+
+
+def _cron_json(record: Mapping[str, Any]) -> str:
+    import json
+
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
 # === end of cron ==============================================================
 
 
 # === locks: lock-acquire-2, lock-renew-1, lock-release-3, lock-unlock-2,
 #     exec-acquire-3 ===========================================================
-#
-# (the locks' calls go here)
-#
-#
-#
-#
-#
-#
+# (The keys are :class:`rsched.core.keys.LockKeys`; renewal and an operator's
+# release take the lock key itself, since a cron's run lock is one too.)
+
+
+@dataclass(frozen=True, slots=True)
+class LockAcquireReply:
+    """What ``lock-acquire-2`` and ``exec-acquire-3`` answer. ``status``: 'ok'
+    (``token``), 'locked' (the holder's host, pid, token and TTL left), and for
+    ``exec-acquire-3`` also 'done' (the tick already ran; claimed at
+    ``claimed_ms``) and 'early'. With a WaitPolicy: the replicas that
+    acknowledged the acquisition (else None)."""
+
+    status: str
+    now_ms: int
+    token: int | None = None
+    holder_host: str = ""
+    holder_pid: int | None = None
+    holder_token: int | None = None
+    holder_ttl_ms: int = 0
+    claimed_ms: int | None = None
+    replicas_acked: int | None = None
+
+
+def lock_acquire(
+    ctx: Ctx,
+    k: LockKeys,
+    *,
+    owner: str,
+    ttl_ms: int,
+    host: str,
+    pid: int,
+    wait: WaitPolicy | None = None,
+) -> LockAcquireReply:
+    """``lock-acquire-2``: take lock ``k`` for ``owner`` with a new fencing token;
+    ``wait``: WAIT for replicas after it (on the same connection)."""
+    keys = [k.lock, k.fence]
+    args: list[Any] = [owner, ttl_ms, host, pid]
+    acked: int | None = None
+    if wait:
+        from rsched.core.replication import script_and_wait
+
+        res, acked = script_and_wait(ctx, "lock-acquire-2", keys, args, wait)  # type: ignore[arg-type]
+    else:
+        res = ctx.scripts("lock-acquire-2", keys, args)
+    if int(res[0]) == 1:
+        return LockAcquireReply("ok", int(res[2]), int(res[1]), replicas_acked=acked)
+    return LockAcquireReply(
+        "locked",
+        int(res[1]),
+        holder_host=str(res[2]),
+        holder_pid=_lock_int(res[3]),
+        holder_token=_lock_int(res[4]),
+        holder_ttl_ms=int(res[5]),
+        replicas_acked=acked,
+    )
+
+
+def lock_renew(ctx: Ctx, lock_key: str, owner: str, ttl_ms: int) -> int:
+    """``lock-renew-1``: extend ``owner``'s lease to ``ttl_ms`` from now: 1 renewed,
+    0 lost, 2 renewed but the holder is asked to stop (cron ``replace``)."""
+    return int(ctx.scripts("lock-renew-1", [lock_key], [owner, ttl_ms])[0])
+
+
+def lock_release(
+    ctx: Ctx,
+    k: LockKeys,
+    *,
+    owner: str,
+    history_maxlen: int,
+    record: Mapping[str, Any] | None,
+    keep_ms: int,
+) -> bool:
+    """``lock-release-3``: release ``owner``'s lock, wake one waiter (the wake-up
+    stays ``keep_ms``), append ``record`` (JSON-encoded here; None: no record).
+    Whether it was released."""
+    res = ctx.scripts(
+        "lock-release-3",
+        [k.lock, k.history, k.wake],
+        [
+            owner,
+            history_maxlen if record else 0,
+            _lock_json(record) if record else "",
+            keep_ms,
+        ],
+    )
+    return int(res[0]) == 1
+
+
+def lock_unlock(ctx: Ctx, lock_key: str, wake_key: str | None, token: str, keep_ms: int) -> int:
+    """``lock-unlock-2``: an operator's release by fencing ``token`` ("": forced);
+    ``wake_key`` None: the lock has no waiters to wake (a cron's run lock). The
+    released fencing token; NotFound / Conflict from the script's error replies."""
+    keys = [lock_key, wake_key if wake_key is not None else lock_key]
+    return int(ctx.scripts("lock-unlock-2", keys, [token, keep_ms, 0 if wake_key is None else 1]))
+
+
+def exec_acquire(
+    ctx: Ctx,
+    k: LockKeys,
+    *,
+    owner: str,
+    ttl_ms: int,
+    host: str,
+    pid: int,
+    fire_ms: int | None,
+    keep_ms: int,
+) -> LockAcquireReply:
+    """``exec-acquire-3``: take the lock and, with ``fire_ms``, claim that tick,
+    atomically (status 'ok', 'done', 'locked' or 'early')."""
+    res = ctx.scripts(
+        "exec-acquire-3",
+        [k.lock, k.fence, k.ticks],
+        [owner, ttl_ms, host, pid, -1 if fire_ms is None else fire_ms, keep_ms],
+    )
+    st, now = str(res[0]), int(res[1])
+    if st == "ok":
+        return LockAcquireReply(st, now, int(res[2]))
+    if st == "done":
+        return LockAcquireReply(st, now, claimed_ms=_lock_int(res[2]))
+    if st == "locked":
+        return LockAcquireReply(
+            st,
+            now,
+            holder_host=str(res[2]),
+            holder_pid=_lock_int(res[3]),
+            holder_token=_lock_int(res[4]),
+            holder_ttl_ms=int(res[5]),
+        )
+    return LockAcquireReply(st, now)
+
+
+def _lock_int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _lock_json(record: Mapping[str, Any]) -> str:
+    import json
+
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
 # === end of locks =============================================================
 
 

@@ -26,8 +26,8 @@ from rsched.queue import queues as partitions
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.api import Rsched
-    from rsched.cron.runner import CronInfo
-    from rsched.locks.lock import LockInfo
+    from rsched.cron.admin import CronInfo
+    from rsched.locks.admin import LockInfo
     from rsched.queue.ops import QueueStats
     from rsched.tools.history import Record
 
@@ -110,8 +110,8 @@ def _recheck_locks(rs: Rsched, locks: list[LockInfo], now: int) -> list[LockInfo
 def collect(rs: Rsched, previous: Snapshot | None = None, runs: int = RUNS) -> Snapshot:
     """One refresh. Locks are re-SCANned only every :data:`LOCK_SCAN_EVERY_MS`
     (``previous`` supplies them in between; their TTLs are counted down)."""
-    from rsched.cron.runner import list_crons
-    from rsched.locks.lock import list_locks
+    from rsched.cron.admin import list_crons
+    from rsched.locks.admin import list_locks
     from rsched.queue.ops import queue_stats
 
     t0 = time.monotonic()

@@ -12,7 +12,8 @@ from zoneinfo import ZoneInfo
 from rich.console import Console
 
 from rsched.api import Rsched
-from rsched.cron.runner import CronRunner, make_spec
+from rsched.cron.runner import CronRunner
+from rsched.cron.spec import make_spec
 from rsched.tools.top import collect, render
 from tests.support import Cli
 

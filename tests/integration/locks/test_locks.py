@@ -17,8 +17,9 @@ import pytest
 
 from rsched.api import Rsched
 from rsched.core.errors import BadInput, Conflict, LockHeld, NotFound
-from rsched.locks.exec import run_exec
-from rsched.locks.lock import Lock, list_locks, unlock
+from rsched.locks.admin import list_locks, unlock
+from rsched.locks.exec import make_exec_spec
+from rsched.locks.lock import Lock
 from tests.proxy import TcpProxy
 from tests.support import ROOT, Cli, wait_for
 
@@ -316,7 +317,7 @@ def test_a_negative_or_nonsense_wait_is_refused(rs: Rsched, bad: Any) -> None:
 def test_exec_wait_timeouts_that_are_not_positive_are_refused(cli: Cli, rs: Rsched) -> None:
     for bad in (-1, 0, 1.5, True):
         with pytest.raises(BadInput) as e:
-            run_exec(rs, "w", ["true"], if_locked="wait", wait_timeout_ms=bad)  # type: ignore[arg-type]
+            make_exec_spec("w", ["true"], if_locked="wait", wait_timeout=bad)  # type: ignore[arg-type]
         assert e.value.field == "--wait-timeout"
     down = {"RSCHED_REDIS_URL": "redis://127.0.0.1:1/0"}  # refused before connecting
     for bad in ("-1s", "0s", "-1"):

@@ -26,7 +26,8 @@ from rich.console import Console
 from rsched.api import Rsched
 from rsched.core import cronexpr
 from rsched.core.timeutil import relative
-from rsched.cron.runner import CronRunner, make_spec
+from rsched.cron.runner import CronRunner
+from rsched.cron.spec import make_spec
 from rsched.locks.lock import Lock
 from rsched.tools.top import LOCK_SCAN_EVERY_MS, collect, render
 from tests.support import RSCHED, Cli, RedisServer, free_port, rsched_env, wait_for
@@ -154,8 +155,8 @@ def test_locks_between_scans_are_re_read_not_rescanned(rs: Rsched) -> None:
 
 
 def test_every_terminal_size_from_20_columns_fits() -> None:
-    from rsched.cron.runner import CronInfo
-    from rsched.locks.lock import LockInfo
+    from rsched.cron.admin import CronInfo
+    from rsched.locks.admin import LockInfo
     from rsched.queue.ops import QueueStats
     from rsched.tools.history import Record
     from rsched.tools.top import Snapshot

@@ -1,0 +1,239 @@
+"""One run of a cron job: the child process, the run lock's watchdog (and, with
+``--concurrency replace``, its blocking wait on the cron's wake key), what a
+lost lock does (``--on-lock-lost``), and the execution record written by
+``cron-finish-5``.
+
+The child is run by :func:`run_child` alone (argv, environment, timeout,
+grace, cancellation): the one place a cron job's command is started.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rsched.core.timeutil import iso
+from rsched.core.transient import TRANSIENT
+from rsched.locks.watchdog import Watchdog, run_result
+from rsched.lua import calls
+from rsched.runtime import proc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.context import Context
+    from rsched.core.keys import CronKeys
+    from rsched.cron.spec import CronSpec
+
+
+class JobHost(Protocol):
+    """What a run needs of its runner (:class:`rsched.cron.runner.CronRunner`)."""
+
+    rs: Context
+    spec: CronSpec
+    k: CronKeys
+    host: str
+    pid: int
+    log: Callable[[str], None]
+    debug: Callable[[str], None]
+
+    def blocking_client(self) -> Any: ...
+
+
+def run_child(
+    argv: list[str],
+    env: Mapping[str, str],
+    *,
+    timeout_ms: int | None,
+    grace_s: float,
+    cancelled: threading.Event,
+    reason: Callable[[], str | None],
+    started: Callable[[proc.Child], None],
+) -> proc.ChildResult:
+    """Run ``argv`` with ``env`` added to the environment; kill its process group
+    after ``timeout_ms`` (SIGTERM, SIGKILL after ``grace_s``). ``started(child)``
+    is told the child as soon as it exists, so that another thread can stop it;
+    a run ``cancelled`` before it started is not started (exit 143, ``reason()``)."""
+    if cancelled.is_set():
+        return proc.ChildResult(143, False, reason(), "", 0)
+    child = proc.Child(argv, env=proc.child_env(dict(env)))
+    started(child)
+    if cancelled.is_set():  # cancelled while starting
+        child.stop(reason() or "cancelled", grace_s)
+    return child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
+
+
+class JobRun:
+    """One run of a cron job: child process, watchdog, execution record."""
+
+    def __init__(
+        self,
+        runner: JobHost,
+        fire: int,
+        token: int,
+        owner: str,
+        started_ms: int,
+        shard: tuple[int, int] | None,
+        since: float | None = None,
+    ):
+        self.r = runner
+        #: Monotonic send time of the call that took the run lock (its lease runs from then).
+        self.since = since
+        self.fire = fire
+        self.token = token
+        self.owner = owner
+        self.started_ms = started_ms  # server time of the claim; moved to the child's start
+        self._claimed = time.monotonic()
+        self.shard = shard
+        self.child: proc.Child | None = None
+        self.stop_reason: str | None = None
+        self._cancel = threading.Event()
+        self.lost = threading.Event()
+        self.dog: Watchdog | None = None
+        #: The run's watchdog blocks on the cron's wake key (replace): finish wakes it.
+        self._wakes = bool(owner) and runner.spec.concurrency == "replace"
+
+    def _waiter(self) -> Callable[[float], object]:
+        """The watchdog's wait between renewals (replace): ``BZPOPMIN`` on the wake key,
+        so that a runner asking this run to stop is heard at once, at no cost while idle."""
+        r = self.r
+        client = r.blocking_client()
+        wake_key = r.k.wake
+
+        def wait(timeout_s: float) -> object:
+            popped = client.bzpopmin([wake_key], timeout=timeout_s)
+            if popped and popped[1] in ("w", b"w") and self.dog is not None and self.dog.stopped:
+                # This run ended meanwhile: the wake-up is meant for the next holder.
+                r.rs.redis.zadd(wake_key, {"w": float(popped[2])})
+            return popped
+
+        return wait
+
+    def cancel(self, reason: str, grace_s: float | None = None) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._cancel.set()
+        if self.child is not None:
+            self.child.stop(reason, self.r.spec.grace_s if grace_s is None else grace_s)
+
+    def _started(self, child: proc.Child) -> None:
+        self.child = child
+
+    def run(self) -> None:
+        r, s = self.r, self.r.spec
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - report, never kill the runner
+            r.log(
+                f"cron {s.name}: job for tick {iso(self.fire)} failed to run: {type(exc).__name__}: {exc}"
+            )
+
+    def _run(self) -> None:
+        r, s = self.r, self.r.spec
+        dog: Watchdog | None = None
+        if self.owner:
+
+            def renew() -> int:
+                return calls.lock_renew(r.rs, r.k.run_lock, self.owner, s.ttl_ms)
+
+            def on_lost(reason: str) -> None:
+                self.lost.set()
+                r.log(
+                    f"cron {s.name}: run lock of tick {iso(self.fire)} lost ({reason})"
+                    + ("; stopping the job" if s.on_lock_lost == "kill" else "; the job continues")
+                )
+                if s.on_lock_lost == "kill" and dog is not None:
+                    # SIGKILL before the lease can have expired (the grace is cut to fit)
+                    self.cancel("lock lost", dog.stop_grace(s.grace_s))
+
+            def on_cancel() -> None:
+                r.log(
+                    f"cron {s.name}: a newer tick replaces the run of {iso(self.fire)}; stopping it"
+                )
+                self.cancel("replaced by a newer tick")
+
+            wait = None
+            if s.concurrency == "replace":
+                wait = self._waiter()
+            dog = Watchdog(
+                renew,
+                s.ttl_ms,
+                on_lost=on_lost,
+                on_cancel=on_cancel,
+                name=f"rsched-watchdog-{s.name}",
+                wait=wait,
+            ).start(since=self.since)
+            self.dog = dog
+        if s.jitter_ms:
+            self._cancel.wait(random.uniform(0, s.jitter_ms) / 1000)
+        env = {
+            "RSCHED_NAME": s.name,
+            "RSCHED_FIRE_AT": iso(self.fire) or "",
+            "RSCHED_FENCING_TOKEN": str(self.token),
+        }
+        if self.shard is not None and not s.broadcast:
+            env["RSCHED_SHARD_INDEX"] = str(self.shard[0])
+            env["RSCHED_SHARD_TOTAL"] = str(self.shard[1])
+        t0 = time.monotonic()
+        self.started_ms += int((t0 - self._claimed) * 1000)  # after jitter, by the server's clock
+        result = run_child(
+            s.command,
+            env,
+            timeout_ms=s.timeout_ms,
+            grace_s=s.grace_s,
+            cancelled=self._cancel,
+            reason=lambda: self.stop_reason,
+            started=self._started,
+        )
+        if dog is not None:
+            # A blocking watchdog (replace) is woken by cron-finish-5, then joined.
+            dog.stop(join=not self._wakes)
+        outcome = run_result(self.lost.is_set(), result.timed_out, result.ok)
+        rec: dict[str, Any] = {
+            "kind": "cron",
+            "name": s.name,
+            "fire_ms": self.fire,
+            "started_ms": self.started_ms,
+            "duration_ms": int((time.monotonic() - t0) * 1000),
+            "result": outcome,
+            "exit_code": result.exit_code,
+            "host": r.host,
+            "pid": r.pid,
+            "attempt": 1,
+            "token": self.token,
+        }
+        if self.shard is not None and not s.broadcast:
+            rec["shard"], rec["shard_total"] = self.shard
+        if outcome != "ok":
+            rec["error"] = result.describe()
+        (r.debug if outcome == "ok" else r.log)(
+            f"cron {s.name}: tick {iso(self.fire)} {outcome}"
+            + (f" ({rec.get('error')})" if outcome != "ok" else "")
+            + f" in {rec['duration_ms']} ms"
+        )
+        self._finish(rec)
+
+    def _finish(self, rec: dict[str, Any]) -> None:
+        r = self.r
+        delay = 0.2
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                calls.cron_finish(
+                    r.rs,
+                    r.k,
+                    owner=self.owner,
+                    history_maxlen=r.rs.history_maxlen,
+                    record=rec,
+                    wake=self._wakes,
+                )
+                break
+            except Exception as exc:  # noqa: BLE001
+                if not isinstance(exc, TRANSIENT) or time.monotonic() > deadline:
+                    r.log(f"cron {r.spec.name}: could not record tick {iso(self.fire)}: {exc}")
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        if self.dog is not None and self._wakes:
+            self.dog.join(2)
