@@ -164,7 +164,11 @@ def _takes_value(opt: click.Option) -> bool:
 
 
 def _names(opt: click.Option) -> list[str]:
-    return [*opt.opts, *opt.secondary_opts]
+    # Short names first, then long: click builds the help option from a set of
+    # names, so its own order changes from one process to the next.
+    return sorted(opt.opts, key=lambda n: (n.startswith("--"), opt.opts.index(n))) + [
+        *opt.secondary_opts
+    ]
 
 
 def _choices(opt: click.Parameter) -> list[str] | None:

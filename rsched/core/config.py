@@ -46,7 +46,7 @@ from rsched.core.errors import ConfigError
 DEFAULT_URL = "redis://localhost:6379/0"
 DEFAULT_NAMESPACE = "rsched"
 
-_REDIS_KEYS = {
+REDIS_KEYS = {
     "url",
     "namespace",
     "password_file",
@@ -67,7 +67,7 @@ _REDIS_KEYS = {
 }
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
-_QUEUE_KEYS = {
+QUEUE_KEYS = {
     "lease",
     "max_attempts",
     "timeout",
@@ -77,7 +77,7 @@ _QUEUE_KEYS = {
     "grace",
     "partitions",
 }
-_TOP_KEYS = {"redis", "queues", "handlers", "cron"}
+TOP_KEYS = {"redis", "queues", "handlers", "cron"}
 
 
 def _replace_password(url: str, mask: str | None) -> str | None:
@@ -354,14 +354,14 @@ def load_file(path: Path | None) -> dict[str, Any]:
 
 def _check(data: dict[str, Any], path: Path) -> None:
     for k in data:
-        if k not in _TOP_KEYS:
+        if k not in TOP_KEYS:
             raise ConfigError(
-                f"config {path}: unknown section [{k}] (known: {', '.join(sorted(_TOP_KEYS))})"
+                f"config {path}: unknown section [{k}] (known: {', '.join(sorted(TOP_KEYS))})"
             )
     for k in data.get("redis", {}):
-        if k not in _REDIS_KEYS:
+        if k not in REDIS_KEYS:
             raise ConfigError(
-                f"config {path}: unknown key redis.{k} (known: {', '.join(sorted(_REDIS_KEYS))})"
+                f"config {path}: unknown key redis.{k} (known: {', '.join(sorted(REDIS_KEYS))})"
             )
     if "url" in data.get("redis", {}) and urlsplit(str(data["redis"]["url"])).password:
         raise ConfigError(
@@ -372,9 +372,9 @@ def _check(data: dict[str, Any], path: Path) -> None:
         if not isinstance(opts, dict):
             raise ConfigError(f"config {path}: [queues.{q}] must be a table")
         for k in opts:
-            if k not in _QUEUE_KEYS:
+            if k not in QUEUE_KEYS:
                 raise ConfigError(
-                    f"config {path}: unknown queue option queues.{q}.{k} (known: {', '.join(sorted(_QUEUE_KEYS))})"
+                    f"config {path}: unknown queue option queues.{q}.{k} (known: {', '.join(sorted(QUEUE_KEYS))})"
                 )
     for t, cmd in data.get("handlers", {}).items():
         if not isinstance(cmd, str | list | dict):

@@ -18,7 +18,7 @@ CONCURRENCY = ("forbid", "allow", "replace")
 MISFIRE = ("skip", "run-once")
 ON_LOCK_LOST = ("kill", "continue")
 
-_CONFIG_KEYS = {
+CONFIG_KEYS = {
     "schedule",
     "tz",
     "dialect",
@@ -146,11 +146,11 @@ def spec_from_config(name: str, table: Mapping[str, Any]) -> CronSpec:
     """A ``[cron.NAME]`` table of the config file."""
     if not isinstance(table, Mapping):
         raise errors.ConfigError(f"[cron.{name}] must be a table")
-    unknown = set(table) - _CONFIG_KEYS
+    unknown = set(table) - CONFIG_KEYS
     if unknown:
         raise errors.ConfigError(
             f"[cron.{name}]: unknown key(s) {', '.join(sorted(unknown))} "
-            f"(known: {', '.join(sorted(_CONFIG_KEYS))})"
+            f"(known: {', '.join(sorted(CONFIG_KEYS))})"
         )
     for req in ("schedule", "command"):
         if req not in table:

@@ -13,12 +13,16 @@ queue, consumer, cron, locks, expired.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rsched.core.keys import ExpiredKeys, QueueKeys
 from rsched.lua.loader import Scripts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.core.keys import CronKeys, LockKeys
+    from rsched.core.replication import WaitPolicy
 
 
 class Ctx(Protocol):
@@ -210,14 +214,6 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 # === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
 #     cron-pause-2, cron-shard-7 ===============================================
-from collections.abc import Mapping  # noqa: E402 - this section's own imports
-from dataclasses import dataclass  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rsched.core.keys import CronKeys, LockKeys
-    from rsched.core.replication import WaitPolicy
-
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
 # on one connection and the reply says how many replicas acknowledged it.)

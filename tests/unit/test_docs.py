@@ -532,7 +532,7 @@ def test_the_config_page_documents_every_key_the_loader_accepts() -> None:
     import re
 
     from rsched.core import config
-    from rsched.cron import runner
+    from rsched.cron import spec as cron_spec
 
     md = (gendocs.MANUAL / "rsched.toml.5.md").read_text()
 
@@ -542,10 +542,10 @@ def test_the_config_page_documents_every_key_the_loader_accepts() -> None:
             k for line in re.findall(r"^- (.+?):", body, re.M) for k in re.findall(r"`(\w+)`", line)
         }
 
-    assert documented("[redis]") == config._REDIS_KEYS
-    assert documented("[queues.NAME]") == config._QUEUE_KEYS
-    assert documented("[cron.NAME]") == runner._CONFIG_KEYS
-    for table in config._TOP_KEYS:
+    assert documented("[redis]") == config.REDIS_KEYS
+    assert documented("[queues.NAME]") == config.QUEUE_KEYS
+    assert documented("[cron.NAME]") == cron_spec.CONFIG_KEYS
+    for table in config.TOP_KEYS:
         assert f"## [{table}" in md, table
 
 
