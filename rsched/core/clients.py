@@ -11,7 +11,7 @@ loop stopping shuts such a client's sockets down under the blocked call
   some connection options changed (``socket_timeout``, ``decode_responses``,
   ``db``...): a plain client gets a pool of the same connection class (TLS or
   not) with the same options; a cluster client another cluster client
-  (:func:`rsched.core.conn.cluster_clone`).
+  (:func:`_cluster_clone`).
 * :func:`node_options` / :func:`node_client`: a plain client to one node of a
   cluster (``run expired`` subscribes on every primary), with the cluster
   client's connection options minus its cluster hooks and retries.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsched.core.conn import cluster_clone, is_cluster
+from rsched.core.conn import is_cluster
 from rsched.core.errors import RedisUnavailable
 
 #: Connection options of a cluster client's node that belong to the cluster client.
@@ -41,7 +41,7 @@ def clone(client: Any, *, max_connections: int | None = None, **options: Any) ->
     ``max_connections`` caps a plain client's pool. A cluster client's clone
     takes ``socket_timeout`` only."""
     if is_cluster(client):
-        return cluster_clone(client, socket_timeout=options["socket_timeout"])
+        return _cluster_clone(client, socket_timeout=options["socket_timeout"])
     kw, connection_class = options_of(client)
     return node_client({**kw, **options}, connection_class, max_connections)
 
@@ -99,3 +99,25 @@ def close(client: Any) -> None:
             client.connection_pool.disconnect()
     except Exception:  # noqa: BLE001 - best effort, at exit
         pass
+
+
+def _cluster_clone(client: Any, *, socket_timeout: float) -> Any:
+    """Another cluster client to the same cluster, with its own connections and
+    ``socket_timeout`` (the consumer's blocking wake-up listeners: plain
+    redis-py, whose error on a shut socket ends the listener's call at once)."""
+    from redis.cluster import RedisCluster
+
+    made = getattr(client, "_rsched_clone_kwargs", None)
+    if made is not None:
+        url, kw = made
+        return RedisCluster.from_url(url, **{**kw, "socket_timeout": socket_timeout})
+    # A client the library user built: its nodes and plain connection options.
+    kw = {
+        k: v
+        for k, v in client.nodes_manager.connection_kwargs.items()
+        if k not in ("redis_connect_func", "oss_cluster_maint_notifications_handler")
+        and not k.startswith("_")
+    }
+    kw["socket_timeout"] = socket_timeout
+    nodes = list(client.nodes_manager.startup_nodes.values())
+    return RedisCluster(startup_nodes=nodes, **kw)

@@ -205,7 +205,7 @@ def _connect_cluster(settings: Settings, url: str, kwargs: dict[str, Any], check
         raise RedisUnavailable(
             f"cannot use Redis Cluster at {settings.safe_url}: {_short(err)}"
         ) from None
-    client._rsched_clone_kwargs = (url, kw)  # for cluster_clone()
+    client._rsched_clone_kwargs = (url, kw)  # for rsched.core.clients.clone()
     return _pinged(client, settings) if check else client
 
 
@@ -266,28 +266,6 @@ def _failover_cluster_class() -> Any:
                     delay = min(delay * 2, 0.5)
 
     return FailoverCluster
-
-
-def cluster_clone(client: Any, *, socket_timeout: float) -> Any:
-    """Another cluster client to the same cluster, with its own connections and
-    ``socket_timeout`` (the consumer's blocking wake-up listeners: plain
-    redis-py, whose error on a shut socket ends the listener's call at once)."""
-    from redis.cluster import RedisCluster
-
-    made = getattr(client, "_rsched_clone_kwargs", None)
-    if made is not None:
-        url, kw = made
-        return RedisCluster.from_url(url, **{**kw, "socket_timeout": socket_timeout})
-    # A client the library user built: its nodes and plain connection options.
-    kw = {
-        k: v
-        for k, v in client.nodes_manager.connection_kwargs.items()
-        if k not in ("redis_connect_func", "oss_cluster_maint_notifications_handler")
-        and not k.startswith("_")
-    }
-    kw["socket_timeout"] = socket_timeout
-    nodes = list(client.nodes_manager.startup_nodes.values())
-    return RedisCluster(startup_nodes=nodes, **kw)
 
 
 def is_cluster(client: Any) -> bool:

@@ -3,8 +3,9 @@
 lost lock does (``--on-lock-lost``), and the execution record written by
 ``cron-finish-5``.
 
-The child is run by :func:`run_child` alone (argv, environment, timeout,
-grace, cancellation): the one place a cron job's command is started.
+The child is run by :mod:`rsched.runtime.handlers`, the one command runner
+of every loop (argv, environment, timeout, grace, group kill); a run cancelled
+before its child started (during its jitter) is not started at all.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rsched.core.timeutil import iso
 from rsched.core.transient import TRANSIENT
 from rsched.locks.watchdog import Watchdog, run_result
 from rsched.lua import calls
-from rsched.runtime import proc
+from rsched.runtime.handlers import Command, HandlerRun, Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
@@ -39,29 +40,6 @@ class JobHost(Protocol):
     debug: Callable[[str], None]
 
     def blocking_client(self) -> Any: ...
-
-
-def run_child(
-    argv: list[str],
-    env: Mapping[str, str],
-    *,
-    timeout_ms: int | None,
-    grace_s: float,
-    cancelled: threading.Event,
-    reason: Callable[[], str | None],
-    started: Callable[[proc.Child], None],
-) -> proc.ChildResult:
-    """Run ``argv`` with ``env`` added to the environment; kill its process group
-    after ``timeout_ms`` (SIGTERM, SIGKILL after ``grace_s``). ``started(child)``
-    is told the child as soon as it exists, so that another thread can stop it;
-    a run ``cancelled`` before it started is not started (exit 143, ``reason()``)."""
-    if cancelled.is_set():
-        return proc.ChildResult(143, False, reason(), "", 0)
-    child = proc.Child(argv, env=proc.child_env(dict(env)))
-    started(child)
-    if cancelled.is_set():  # cancelled while starting
-        child.stop(reason() or "cancelled", grace_s)
-    return child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
 
 
 class JobRun:
@@ -86,7 +64,7 @@ class JobRun:
         self.started_ms = started_ms  # server time of the claim; moved to the child's start
         self._claimed = time.monotonic()
         self.shard = shard
-        self.child: proc.Child | None = None
+        self.handler: HandlerRun | None = None
         self.stop_reason: str | None = None
         self._cancel = threading.Event()
         self.lost = threading.Event()
@@ -114,11 +92,8 @@ class JobRun:
         if self.stop_reason is None:
             self.stop_reason = reason
         self._cancel.set()
-        if self.child is not None:
-            self.child.stop(reason, self.r.spec.grace_s if grace_s is None else grace_s)
-
-    def _started(self, child: proc.Child) -> None:
-        self.child = child
+        if self.handler is not None:
+            self.handler.stop(reason, self.r.spec.grace_s if grace_s is None else grace_s)
 
     def run(self) -> None:
         r, s = self.r, self.r.spec
@@ -177,15 +152,23 @@ class JobRun:
             env["RSCHED_SHARD_TOTAL"] = str(self.shard[1])
         t0 = time.monotonic()
         self.started_ms += int((t0 - self._claimed) * 1000)  # after jitter, by the server's clock
-        result = run_child(
-            s.command,
-            env,
-            timeout_ms=s.timeout_ms,
-            grace_s=s.grace_s,
-            cancelled=self._cancel,
-            reason=lambda: self.stop_reason,
-            started=self._started,
-        )
+        result: Outcome
+        if self._cancel.is_set():  # cancelled during the jitter: never started
+            result = Outcome(143, False, self.stop_reason, "", 0)
+        else:
+            cmd = Command(
+                s.command,
+                env,
+                timeout_s=s.timeout_ms / 1000 if s.timeout_ms else None,
+                grace_s=s.grace_s,
+            )
+            # Kept before the start: a cancel from another thread meanwhile is
+            # applied as soon as the child exists.
+            self.handler = HandlerRun(cmd)
+            if self._cancel.is_set():
+                result = Outcome(143, False, self.stop_reason, "", 0)
+            else:
+                result = self.handler.start().wait()
         if dog is not None:
             # A blocking watchdog (replace) is woken by cron-finish-5, then joined.
             dog.stop(join=not self._wakes)

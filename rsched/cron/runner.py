@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from rsched.core import cronexpr, errors
+from rsched.core import clients, cronexpr, errors
 from rsched.core.errors import map_error
 from rsched.core.timeutil import iso
 from rsched.core.transient import TRANSIENT
@@ -454,7 +454,9 @@ class CronRunner:
         longer than the shared client's socket timeout may be)."""
         with self._blocking_lock:
             if self._blocking is None:
-                self._blocking = _blocking_clone(self.rs.redis, self.spec.ttl_ms / 3000 + 10)
+                self._blocking = clients.clone(
+                    self.rs.redis, socket_timeout=self.spec.ttl_ms / 3000 + 10, max_connections=8
+                )
             return self._blocking
 
     def _handle_sharded(self, fire: int, mode: str, deadline: int) -> str:
@@ -542,36 +544,7 @@ class CronRunner:
             a.thread.join(timeout=self.spec.grace_s + 15)
         self.unregister()
         if self._blocking is not None:
-            _close_client(self._blocking)
-
-
-def _blocking_clone(client: Any, socket_timeout: float) -> Any:
-    """Another client to the same server(s) with ``socket_timeout`` (as the consumer's
-    wake-up listener makes its own)."""
-    from rsched.core.conn import cluster_clone, is_cluster
-
-    if is_cluster(client):
-        return cluster_clone(client, socket_timeout=socket_timeout)
-    pool = client.connection_pool
-    kwargs = dict(pool.connection_kwargs)
-    kwargs["socket_timeout"] = socket_timeout
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class, max_connections=8, **kwargs
-        )
-    )
-
-
-def _close_client(client: Any) -> None:
-    from rsched.core.conn import is_cluster
-
-    try:
-        if is_cluster(client):
-            client.disconnect_connection_pools()
-        else:
-            client.connection_pool.disconnect()
-    except Exception:  # noqa: BLE001 - best effort at exit
-        pass
+            clients.close(self._blocking)
 
 
 def run_runners(

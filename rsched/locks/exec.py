@@ -30,6 +30,7 @@ from rsched.locks.lock import (
 from rsched.locks.watchdog import Watchdog, run_result
 from rsched.lua import calls
 from rsched.runtime import proc
+from rsched.runtime.handlers import Command, HandlerRun
 from rsched.runtime.loop import stop_signals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -204,7 +205,7 @@ class _Signals:
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
         self.got: list[str] = []
-        self.child: proc.Child | None = None
+        self.child: HandlerRun | None = None
         #: Ends a wait for the lock (a signal, or the wake-up wait's own end).
         self.woken = threading.Event()
 
@@ -308,13 +309,11 @@ def _run_exec(
         rs.redis.sadd(rs.keys.locks, name)
     except Exception:  # noqa: BLE001 - registry is for listings only
         pass
-    env = proc.child_env(
-        {
-            "RSCHED_NAME": name,
-            "RSCHED_FIRE_AT": iso(fire_ms if fire_ms is not None else started_ms) or "",
-            "RSCHED_FENCING_TOKEN": str(token),
-        }
-    )
+    env = {
+        "RSCHED_NAME": name,
+        "RSCHED_FIRE_AT": iso(fire_ms if fire_ms is not None else started_ms) or "",
+        "RSCHED_FENCING_TOKEN": str(token),
+    }
     say(f"lock {name!r} acquired with fencing token {token}")
     if wait:  # before the watchdog: this thread's write was the last on its connection
         short: str | None
@@ -326,8 +325,10 @@ def _run_exec(
             short = wait.shortfall(acked, f"lock {name!r} (fencing token {token})")
         if short:
             (warn or say)(f"rsched: warning: {short}; running the command anyway")
-    child = proc.Child(argv, env=env)
+    timeout_s = timeout_ms / 1000 if timeout_ms else None
+    child = HandlerRun(Command(argv, env, timeout_s=timeout_s, grace_s=grace_s))
     sig.child = child
+    child.start()  # before the watchdog, whose on_lost stops it
     lost = threading.Event()
 
     def on_lost(reason: str) -> None:
@@ -347,7 +348,7 @@ def _run_exec(
     try:
         if sig.got:  # a signal came while the lock was being taken: do not start it
             child.stop(f"signal {sig.got[0]}", grace_s)
-        result = child.wait(timeout_ms / 1000 if timeout_ms else None, grace_s)
+        result = child.wait()
     finally:
         dog.stop()
     outcome = run_result(lost.is_set(), result.timed_out, result.ok)
@@ -367,7 +368,7 @@ def _run_exec(
     if outcome != "ok":
         rec["error"] = result.describe()
     _release_with_retry(rs, k, owner, rec, sig, warn or say)
-    note = result.stderr_tail if child.popen is None else ""  # could not even start it
+    note = result.stderr_tail if not result.started else ""  # could not even start it
     return ExecOutcome(
         "ran", sig.status(result.exit_code), result=outcome, token=token, fire_ms=fire_ms, note=note
     )
