@@ -89,39 +89,23 @@ def add_spec(
     n = P.resolve(rs, queue, partitions)
     known = P.known(rs)
     if n is None:  # taken to be unpartitioned: add-5 refuses if it is not
-        if queue in known.ready:  # checked, registered: the script alone
-            reply = _add_direct(rs, spec, queue, if_exists, "p")
-            if reply[0] != "partitioned":
-                return _add_result(rs, spec, queue, reply, 1)
-        else:
-            stored_n, reply, registered = _add_one(
-                rs, spec, queue, if_exists, "p", [("HGET", rs.keys.queue_config, queue)]
-            )
-            P.learn(rs, queue, stored_n)
-            if reply[0] != "partitioned":
-                if stored_n is None or int(stored_n) <= 1:
-                    known.ready.add(queue)
-                    return _add_result(rs, spec, queue, reply, registered)
-                # Partitioned by an earlier version (no "#partitions" field yet): the
-                # task went to the unpartitioned keys. Take it back, mark the queue.
-                _unmark_stray(rs, queue, spec, reply, int(stored_n))
+        # queue-config is read on this context's first add to the queue (a queue
+        # partitioned by an earlier version has no "#partitions" field to refuse by)
+        first = queue not in known.ready
+        before = [("HGET", rs.keys.queue_config, queue)] if first else []
+        stored_n, reply, registered = _add_one(rs, spec, queue, if_exists, "p", before)
+        P.learn(rs, queue, stored_n)
+        if reply[0] != "partitioned":
+            if stored_n is None or int(stored_n) <= 1:
+                known.ready.add(queue)
+                return _add_result(rs, spec, queue, reply, registered)
+            # Partitioned by an earlier version: the task went to the unpartitioned
+            # keys. Take it back, and mark the queue.
+            _unmark_stray(rs, queue, spec, reply, int(stored_n))
         n = P.count(rs, queue, partitions)  # known now, or the slow way
     stored = queue if n == 1 else K.partition_name(queue, K.partition_index(spec.type, spec.id, n))
-    if stored in known.ready:
-        return _add_result(rs, spec, stored, _add_direct(rs, spec, stored, if_exists, ""), 1)
     _, reply, registered = _add_one(rs, spec, stored, if_exists, "", [])
-    known.ready.add(stored)
     return _add_result(rs, spec, stored, reply, registered)
-
-
-def _add_direct(rs: Context, spec: TaskSpec, stored: str, if_exists: str, checks: str) -> Any:
-    """add-5 alone, for a stored queue this context has added to (its keys' types
-    checked, the queue registered)."""
-    try:
-        return calls.add(rs, rs.keys.queue(stored), if_exists, "one", [_args(spec)], checks=checks)
-    except RedisFull as exc:
-        what = f"task {spec.type} {spec.id} in queue {spec.queue}"
-        raise RedisFull(f"{exc}; {what} was not added") from exc
 
 
 def _add_one(

@@ -61,9 +61,9 @@ class Known:
         self.counts: dict[str, int] = {}
         #: stored queues whose keys' types add-5 has checked on this connection
         self.checked: set[str] = set()
-        #: stored queues this context added a task to: checked, registered in the
-        #: list of queues, and (unpartitioned) found so in ``queue-config``; a
-        #: later add is one ``add-5`` call (its "p" check sees a partitioning)
+        #: queues this context added a task to unpartitioned, as ``queue-config``
+        #: said: a later add reads it no more (add-5's "p" check sees a
+        #: partitioning by this version)
         self.ready: set[str] = set()
 
 

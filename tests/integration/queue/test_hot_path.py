@@ -26,7 +26,7 @@ def _stats(r: Any) -> dict[str, int]:
     return out
 
 
-def test_later_adds_are_one_script_call_and_kept_ones_need_no_show(
+def test_later_adds_read_no_config_and_kept_ones_need_no_show(
     own_server: RedisServer, namespace: str
 ) -> None:
     r = own_server.client()
@@ -36,10 +36,11 @@ def test_later_adds_are_one_script_call_and_kept_ones_need_no_show(
     r.config_resetstat()
     res = rs.add("h.t", "1", delay=60_000)
     assert res.status == "added" and res.task.state == "scheduled"
-    assert _stats(r) == {"evalsha": 1}
+    # one pipeline: add-5 and the queue's entry in the list of queues
+    assert _stats(r) == {"evalsha": 1, "sadd": 1}
     r.config_resetstat()
     kept = rs.add("h.t", "1", delay=5)
-    assert _stats(r) == {"evalsha": 1}  # no show() after it
+    assert _stats(r) == {"evalsha": 1, "sadd": 1}  # no show() after it
     assert kept.status == "kept" and kept.task == rs.show("h.t", "1")
     assert kept.task.due_ms == res.task.due_ms
 
@@ -111,3 +112,10 @@ def test_a_queue_partitioned_by_an_earlier_version_is_found(rs: Rsched) -> None:
     assert rs.show("h.o", "1", "old").state == "due"
     fresh = Rsched(rs.redis, rs.namespace)
     assert fresh.add("h.o", "2", queue="old").stored_queue != "old"
+
+
+def test_every_add_registers_its_queue(rs: Rsched) -> None:
+    rs.add("h.r", "1", queue="reg")
+    rs.redis.srem(rs.keys.queues, "reg")  # lost (a restart without persistence, say)
+    rs.add("h.r", "2", queue="reg")
+    assert "reg" in rs.redis.smembers(rs.keys.queues)
