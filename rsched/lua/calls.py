@@ -34,6 +34,7 @@ class Ctx(Protocol):
 from collections.abc import Sequence  # noqa: E402 - the section's own imports
 from typing import TYPE_CHECKING, NoReturn  # noqa: E402
 
+from rsched.core.conn import is_cluster  # noqa: E402
 from rsched.core.errors import map_error  # noqa: E402
 from rsched.lua import loader  # noqa: E402
 
@@ -119,11 +120,26 @@ def add_one(
     one pipeline (one round trip; on Redis Cluster one per node, in parallel).
 
     Returns every reply in order, errors in place (as exceptions, not raised),
-    the script's as its list. ``EVALSHA``, and when the server answers
+    the script's as its list. On Redis Cluster the commands are sent one after
+    the other (see below). ``EVALSHA``, and when the server answers
     ``NOSCRIPT`` the pipeline again with ``EVAL`` (the commands around it must
     be safe to repeat); the one-shot client sends ``EVAL`` at once."""
     keys = _add_keys(q)
     args = [mode, "one", checks, *task]
+    if is_cluster(c.redis):
+        # One command after the other, each through the client that rides out a
+        # failover (rsched.core.conn): a cluster pipeline is not retried, and
+        # would go on sending to a dead primary.
+        out: list[Any] = []
+        for cmd in [*before, None, *after]:
+            try:
+                if cmd is None:
+                    out.append(_call(c, "add-5", keys, args))
+                else:
+                    out.append(c.redis.execute_command(*cmd))
+            except Exception as exc:  # noqa: BLE001 - returned in place, as a pipeline does
+                out.append(exc)
+        return out
     eval_first = getattr(c.redis, "prefers_eval", False)
     while True:
         pipe = c.redis.pipeline(transaction=False)
