@@ -51,9 +51,9 @@ class Rsched(Context):
         return tasks.add(self, task_type, task_id, **kw)
 
     def add_many(self, specs: Any, **kw: Any) -> builtins.list[AddResult]:
-        from rsched.queue import ops as tasks
+        from rsched.queue import bulk
 
-        return tasks.add_many(self, specs, **kw)
+        return bulk.add_many(self, specs, **kw)
 
     def cancel(self, task_type: str, task_id: str, queue: str = "default") -> str:
         from rsched.queue import ops as tasks

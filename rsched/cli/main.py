@@ -239,13 +239,8 @@ def wait_policy(app: App, replicas: int | None, timeout: str | None) -> Any:
     from rsched.core import replication
     from rsched.core.timeutil import parse_duration
 
-    s = app.settings
-    return replication.WaitPolicy(
-        s.wait_replicas if replicas is None else replicas,
-        s.wait_replicas_timeout_ms
-        if timeout is None
-        else parse_duration(timeout, "--wait-replicas-timeout"),
-    )
+    timeout_ms = None if timeout is None else parse_duration(timeout, "--wait-replicas-timeout")
+    return replication.policy_of(app.settings, replicas, timeout_ms)
 
 
 pass_app = click.make_pass_decorator(App)

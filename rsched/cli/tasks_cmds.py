@@ -159,6 +159,7 @@ def add(
     many tasks were written; running it again keeps those.
     """
     from rsched.queue import ops as tasks
+    from rsched.queue.specs import make_spec
 
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     n_parts = None
@@ -183,7 +184,10 @@ def add(
     if payload_file is not None:
         payload_json = payload_file.read()
         field = "--payload-file"
-    spec_kw: dict[str, Any] = dict(
+    # Everything validated before connecting; the library takes the spec as it is.
+    spec = make_spec(
+        task_type,
+        task_id,
         queue=queue,
         delay=delay,
         at=at,
@@ -192,15 +196,12 @@ def add(
         max_attempts=max_attempts,
         fields={"payload": field},
     )
-    tasks.make_spec(task_type, task_id, **spec_kw)  # validate everything before connecting
     rs = _oneshot(app)
-    res = tasks.add(rs, task_type, task_id, if_exists=if_exists, partitions=n_parts, **spec_kw)
-    now = rs.now_ms()
+    res = tasks.add_spec(rs, spec, if_exists=if_exists, partitions=n_parts)
+    now = res.now_ms if res.now_ms is not None else rs.now_ms()
     extra: dict[str, Any] = {"status": res.status}
     if pol:
-        from rsched.queue.queues import of_task
-
-        written = rs.keys.queue(of_task(rs, queue, task_type, task_id)).tasks
+        written = rs.keys.queue(res.stored_queue or queue).tasks
         extra["replicas_acked"] = _wait(rs, pol, [written])
     if res.status == "kept" and app.fmt != "json":
         app.info(
@@ -246,7 +247,7 @@ def _add_from(
     retry_s: float = 0.0,
     tz: str | None = None,
 ) -> None:
-    from rsched.queue import ops as tasks
+    from rsched.queue import bulk
 
     progress = None
     on_batch = None
@@ -276,7 +277,7 @@ def _add_from(
             what = str(exc).strip().rstrip(".") or type(exc).__name__
             app.info(f"rsched add: {what}; writing the batch again (for {left_s:.0f}s more)")
 
-        counts = tasks.add_lines(
+        counts = bulk.add_lines(
             lambda: app.rs,
             fh,
             if_exists=if_exists,
@@ -314,13 +315,10 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
     --grace, at most 10s; a Python handler sees task.cancelled), its result
     does not count, and the run is recorded `cancelled` in the history.
     """
-    from rsched.core import validate
     from rsched.queue import ops as tasks
+    from rsched.queue.specs import task_ref
 
-    validate.task_type(task_type)
-    validate.task_id(task_id)
-    validate.queue(queue)
-    was = tasks.cancel(app.rs, task_type, task_id, queue)
+    was = tasks.cancel_ref(app.rs, task_ref(task_type, task_id, queue))
     if app.fmt == "json":
         render.emit_json(
             {"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was}
@@ -351,14 +349,12 @@ def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
 @pass_app
 def list_cmd(app: App, queue: str, state: str, task_type: str | None, limit: int) -> None:
     """Tasks of a queue, soonest first (read page by page, never the whole queue)."""
-    from rsched.core import validate
     from rsched.queue import ops as tasks
+    from rsched.queue.specs import task_query
 
-    validate.queue(queue)
-    if task_type is not None:
-        validate.task_type(task_type, "--type")
+    query = task_query(queue, state=state, task_type=task_type, limit=limit)
     rs = app.rs
-    rows = tasks.list_tasks(rs, queue, state=state, task_type=task_type, limit=limit)
+    rows = tasks.list_query(rs, query)
     render.table(
         rows,
         _task_columns(rs.now_ms()),
@@ -376,14 +372,12 @@ def list_cmd(app: App, queue: str, state: str, task_type: str | None, limit: int
 @pass_app
 def show(app: App, task_type: str, task_id: str, queue: str) -> None:
     """One task: state, due time, attempts, payload, last error (exit 3 if absent)."""
-    from rsched.core import validate
     from rsched.queue import ops as tasks
+    from rsched.queue.specs import task_ref
 
-    validate.task_type(task_type)
-    validate.task_id(task_id)
-    validate.queue(queue)
+    ref = task_ref(task_type, task_id, queue)
     rs = app.rs
-    task = tasks.show(rs, task_type, task_id, queue)
+    task = tasks.show_ref(rs, ref)
     _task_record(app, task, rs.now_ms())
 
 
@@ -400,7 +394,7 @@ def queues(app: App) -> None:
     from rsched.core.timeutil import human_duration, show
     from rsched.queue import ops as tasks
 
-    rs = app.rs
+    rs = _oneshot(app)
     rows = tasks.queue_stats(rs)
     now = rs.now_ms()
     cols: list[render.Column] = [

@@ -391,5 +391,11 @@ def _short(exc: BaseException) -> str:
 
 
 def server_time_ms(client: Any) -> int:
-    sec, usec = client.time()
+    """The server's clock in ms (the one clock: every reader of ``TIME`` uses this)."""
+    return time_reply_ms(client.execute_command("TIME"))
+
+
+def time_reply_ms(reply: Any) -> int:
+    """A ``TIME`` reply (``[seconds, microseconds]``, as text or numbers) in ms."""
+    sec, usec = reply
     return int(sec) * 1000 + int(usec) // 1000

@@ -79,7 +79,15 @@ def policy(
 ) -> WaitPolicy:
     """``--wait-replicas`` / ``--wait-replicas-timeout``, else ``[redis] wait_replicas`` /
     ``wait_replicas_timeout``, else no waiting."""
-    s = rs.settings if rs is not None else None
+    return policy_of(rs.settings if rs is not None else None, replicas, timeout_ms)
+
+
+def policy_of(
+    settings: Any, replicas: int | None = None, timeout_ms: int | None = None
+) -> WaitPolicy:
+    """:func:`policy` from :class:`~rsched.core.config.Settings` (or None): the one
+    place the options and the settings are combined (the CLI's commands use it too)."""
+    s = settings
     n = replicas if replicas is not None else (s.wait_replicas if s is not None else 0)
     t = (
         timeout_ms

@@ -3,47 +3,102 @@
 -- KEYS[1] sched    ZSET  member -> due (ms)
 -- KEYS[2] proc     ZSET  member -> lease expiry (ms)
 -- KEYS[3] dead     ZSET  member -> died at (ms)
--- KEYS[4] tasks    HASH  member -> record (see _record.lua)
+-- KEYS[4] tasks    HASH  member -> record (see _record.lua); field "#partitions" -> N
+--                        when this (logical) queue is partitioned (see queue/queues.py)
 -- KEYS[5] wake     ZSET  wake-up marker for idle consumers
 -- ARGV[1] mode     "keep" | "replace" | "error" (what to do with an existing task)
 -- ARGV[2] reply    "tasks" (3 entries per task) | "counts" ({added, kept, replaced})
--- ARGV[3..] groups of 4:
+--                  | "one" (one task, with what a kept task's result needs)
+-- ARGV[3] checks   letters: "t" check the keys' types first (a caller does it once
+--                  per connection and queue, not on every call); "p" refuse to add
+--                  when the queue is partitioned (the caller assumed it is not)
+-- ARGV[4..] groups of 4:
 --   member       "TYPE ID"
 --   due          "+N": N ms after the server's now | "N": at epoch ms N (integers)
 --   payload      JSON text
 --   max_attempts integer >= 1, or 0 for "the consumer's default"
 -- Returns, for reply "tasks", a flat array of 3 entries per task: status
 -- ("added"|"kept"|"replaced"), state ("scheduled"|"due"|"processing"|"dead"),
--- due (ms); for reply "counts", {added, kept, replaced}.
+-- due (ms); for reply "counts", {added, kept, replaced}; for reply "one":
+-- {status, due, now} (added, replaced: due or scheduled by due <= now), or
+-- {"kept", state, due, now, record, score} with the stored record and its score
+-- in sched, proc or dead (as text), or {"partitioned", N} when "p" found the
+-- queue partitioned (nothing written). ("now": the server's clock, ms.)
 -- Errors: RSCHED_CONFLICT when mode is "error" and any task exists (nothing written).
 --@include _now.lua
 --@include _record.lua
 --@include _types.lua
 --@include _bulk.lua
 
-local bad = check_types({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset'})
-if bad then return bad end
+local checks = ARGV[3]
+if string.find(checks, 't', 1, true) then
+  local bad = check_types({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset'})
+  if bad then return bad end
+end
 local mode = ARGV[1]
 local tasks_reply = ARGV[2] ~= 'counts'
+local one_reply = ARGV[2] == 'one'
+local partitioned = string.find(checks, 'p', 1, true)
+if partitioned and not one_reply then
+  local parts = redis.call('HGET', KEYS[4], '#partitions')
+  if parts then return {'partitioned', tonumber(parts)} end
+end
 local now = now_ms()
-local n = (#ARGV - 2) / 4
+local n = (#ARGV - 3) / 4
 
 local function where(m, r)
   local s = redis.call('ZSCORE', KEYS[1], m)
   if s then
-    s = tonumber(s)
-    if s <= now then return 'due', s end
-    return 'scheduled', s
+    if tonumber(s) <= now then return 'due', tonumber(s), s end
+    return 'scheduled', tonumber(s), s
   end
   local d = r[P_DUE] or now
-  if redis.call('ZSCORE', KEYS[2], m) then return 'processing', d end
-  if redis.call('ZSCORE', KEYS[3], m) then return 'dead', d end
+  s = redis.call('ZSCORE', KEYS[2], m)
+  if s then return 'processing', d, s end
+  s = redis.call('ZSCORE', KEYS[3], m)
+  if s then return 'dead', d, s end
   return 'orphan', d
+end
+
+-- One task, reply "one" (rs.add(), `rsched add`): the same rules as below, in
+-- the fewest commands (this is the path of one round trip per task).
+if one_reply then
+  local m, spec, maxa = ARGV[4], ARGV[5], tonumber(ARGV[7])
+  local got = redis.call('HMGET', KEYS[4], m, '#partitions')
+  if partitioned and got[2] then return {'partitioned', tonumber(got[2])} end
+  local raw = got[1]
+  local status = 'added'
+  if raw then
+    local st, d, score = where(m, rec_decode(raw))
+    if mode == 'error' then
+      return redis.error_reply('RSCHED_CONFLICT task "' .. m .. '" already exists (' .. st .. ')')
+    end
+    if mode == 'keep' and st ~= 'orphan' then
+      redis.call('HSET', KEYS[4], m, raw) -- a write, so that a following WAIT covers it
+      return {'kept', st, d, now, raw, score}
+    end
+    status = 'replaced'
+    redis.call('ZREM', KEYS[2], m)
+    redis.call('ZREM', KEYS[3], m)
+  end
+  local due
+  if string.byte(spec, 1) == 43 then due = now + tonumber(string.sub(spec, 2)) else due = tonumber(spec) end
+  if maxa == 0 then
+    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6]}))
+  else
+    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6], 0, maxa}))
+  end
+  redis.call('ZADD', KEYS[1], due, m)
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if first[2] and tonumber(first[2]) >= due then
+    redis.call('ZADD', KEYS[5], due, 'w')
+  end
+  return {status, due, now}
 end
 
 if mode == 'error' then
   for i = 0, n - 1 do
-    local m = ARGV[3 + i * 4]
+    local m = ARGV[4 + i * 4]
     local raw = redis.call('HGET', KEYS[4], m)
     if raw then
       local st = where(m, rec_decode(raw))
@@ -54,7 +109,7 @@ end
 
 local members, dues, recs = {}, {}, {}
 for i = 1, n do
-  local b = 3 + (i - 1) * 4
+  local b = 4 + (i - 1) * 4
   local m = ARGV[b]
   local spec = ARGV[b + 1]
   local due
@@ -138,4 +193,5 @@ if min_due ~= nil then
   end
 end
 if not tasks_reply then return {added, kept, replaced} end
+
 return out

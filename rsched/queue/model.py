@@ -62,6 +62,33 @@ class Task:
 class AddResult:
     status: str  # added | kept | replaced
     task: Task
+    #: The server's clock when the task was written (ms), for showing its due time.
+    now_ms: int | None = field(default=None, compare=False, repr=False)
+    #: The stored queue written (the task's partition in a partitioned queue).
+    stored_queue: str | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """One task's (type, id, queue), validated (:func:`rsched.queue.specs.task_ref`)."""
+
+    type: str
+    id: str
+    queue: str = "default"
+
+    @property
+    def member(self) -> str:
+        return K.member(self.type, self.id)
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    """What ``list`` asks, validated (:func:`rsched.queue.specs.task_query`)."""
+
+    queue: str = "default"
+    state: str = "all"
+    type: str | None = None
+    limit: int = 100
 
 
 @dataclass

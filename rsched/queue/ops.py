@@ -6,17 +6,26 @@ dead-letter handling, pause/resume. Writes go through the Lua core
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from rsched.core import keys as K
 from rsched.core import validate
-from rsched.core.errors import BadInput, Conflict, NotFound, RedisFull
+from rsched.core.conn import time_reply_ms
+from rsched.core.errors import BadInput, Conflict, NotFound, RedisFull, WrongKeyType, map_error
+from rsched.lua import calls
 from rsched.queue import queues as P
-from rsched.queue.model import BATCH, IF_EXISTS, STATES, AddResult, QueueStats, Task, TaskSpec
-from rsched.queue.specs import make_spec, spec_from_line
+from rsched.queue.model import (
+    BATCH,
+    IF_EXISTS,
+    AddResult,
+    QueueStats,
+    Task,
+    TaskQuery,
+    TaskRef,
+    TaskSpec,
+)
+from rsched.queue.specs import make_spec, task_query, task_ref
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
@@ -25,11 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 def _args(spec: TaskSpec) -> tuple[str, str, str, int]:
     due = f"+{spec.delay_ms or 0}" if spec.at_ms is None else str(spec.at_ms)
     return (spec.member, due, spec.payload_json, spec.max_attempts)
-
-
-def _queue_keys(rs: Context, queue: str) -> list[str]:
-    q = rs.keys.queue(queue)
-    return [q.sched, q.proc, q.dead, q.tasks, q.wake]
 
 
 def _check_if_exists(if_exists: str) -> None:
@@ -41,19 +45,23 @@ def _results(specs: list[TaskSpec], flat: list[Any]) -> list[AddResult]:
     out = []
     for i, s in enumerate(specs):
         status, state, due = flat[3 * i : 3 * i + 3]
-        task = Task(
-            s.type,
-            s.id,
-            s.queue,
-            state,
-            int(due),
-            0,
-            s.max_attempts or None,
-            json.loads(s.payload_json),
-            None,
-        )
-        out.append(AddResult(status, task))
+        out.append(AddResult(status, _spec_task(s, state, due)))
     return out
+
+
+def _spec_task(s: TaskSpec, state: str, due: Any) -> Task:
+    """The task a spec was written as (its record is the spec's)."""
+    return Task(
+        s.type,
+        s.id,
+        s.queue,
+        state,
+        int(due),
+        0,
+        s.max_attempts or None,
+        json.loads(s.payload_json),
+        None,
+    )
 
 
 def add(
@@ -63,326 +71,138 @@ def add(
     aware datetime); neither = due now. Existing task: ``if_exists``."""
     _check_if_exists(if_exists)
     want = kw.pop("partitions", None)
-    spec = make_spec(task_type, task_id, **kw)
-    stored = P.of_task(rs, spec.queue, spec.type, spec.id, want)
-    what = f"task {spec.type} {spec.id} in queue {spec.queue}"
-    try:
-        flat = rs.scripts("add-5", _queue_keys(rs, stored), [if_exists, "tasks", *_args(spec)])
-    except RedisFull as exc:
-        raise RedisFull(f"{exc}; {what} was not added") from exc
-    # Registered after the script succeeded, so refused input writes nothing.
-    try:
-        _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, spec.queue))
-    except RedisFull as exc:  # the task's own write took the last room
-        raise RedisFull(
-            f"{exc}; {what} was added, but its queue could not be entered in the list "
-            "of queues (`rsched queues`); adding it again keeps the task and does that"
-        ) from exc
-    result = _results([spec], flat)[0]
-    if result.status == "kept":
-        result.task = show(rs, spec.type, spec.id, spec.queue)
-    return result
+    return add_spec(rs, make_spec(task_type, task_id, **kw), if_exists=if_exists, partitions=want)
 
 
-def _add_calls(
-    rs: Context,
-    specs: Iterable[TaskSpec],
-    if_exists: str,
-    reply: str,
-    batch: int,
-    partitions: int | None = None,
-) -> tuple[list[TaskSpec], list[tuple[list[TaskSpec], Any]]]:
-    """Group specs per queue (per partition), ``batch`` tasks per ``add-5`` call,
-    all calls in one pipeline. Returns the specs in order and (chunk, reply) pairs.
-    ``partitions``: the count every queue named must have (see rsched.queue.queues)."""
-    _check_if_exists(if_exists)
-    by_queue: dict[str, list[TaskSpec]] = {}
-    order: list[TaskSpec] = []
-    counts: dict[str, int] = {}  # partitions per queue, asked once per call
-    for s in specs:
-        n = counts.get(s.queue)
-        if n is None:
-            n = counts[s.queue] = P.count(rs, s.queue, partitions)
-        stored = (
-            s.queue if n == 1 else K.partition_name(s.queue, K.partition_index(s.type, s.id, n))
-        )
-        items = by_queue.get(stored)
-        if items is None:
-            items = by_queue[stored] = []
-        items.append(s)
-        order.append(s)
-    if not order:
-        return order, []
-    pipe = rs.redis.pipeline(transaction=False)
-    chunks: list[list[TaskSpec]] = []
-    for q, items in by_queue.items():
-        keys = _queue_keys(rs, q)
-        for i in range(0, len(items), batch):
-            part = items[i : i + batch]
-            args: list[Any] = [if_exists, reply]
-            for s in part:
-                args.extend(_args(s))
-            rs.scripts("add-5", keys, args, client=pipe)
-            chunks.append(part)
-    from rsched.core.errors import map_error
+def add_spec(
+    rs: Context, spec: TaskSpec, *, if_exists: str = "keep", partitions: int | None = None
+) -> AddResult:
+    """Schedule one validated task (``if_exists`` one of :data:`IF_EXISTS`) in one
+    round trip: ``add-5`` (which answers what a kept task's result needs, and the
+    server's clock, :attr:`AddResult.now_ms`) and the queue's entry in the list
+    of queues, pipelined, with the ``queue-config`` read that checks an
+    unpartitioned queue is still one (see :mod:`rsched.queue.queues`).
 
-    try:
-        res = pipe.execute(raise_on_error=False)
-    except Exception as exc:
-        raise map_error(exc) from exc
-    pairs = list(zip(chunks, res, strict=True))
-    failed = [r for _, r in pairs if isinstance(r, Exception)]
-    if failed:
-        # Each call is one Lua script: a refused one (out of memory, say) wrote
-        # nothing, the others wrote all of theirs. Say which did.
-        ok = [(c, r) for c, r in pairs if not isinstance(r, Exception)]
-        if ok:
-            try:  # best effort: Redis may refuse this write too
-                _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *counts))
+    The keys' types are checked on the first add of a queue per connection
+    (:class:`~rsched.core.errors.WrongKeyType` naming the key)."""
+    queue = spec.queue
+    n = P.resolve(rs, queue, partitions)
+    known = P.known(rs)
+    if n is None:  # taken to be unpartitioned: add-5 refuses if it is not
+        # queue-config is read on this context's first add to the queue (a queue
+        # partitioned by an earlier version has no "#partitions" field to refuse by)
+        first = queue not in known.ready
+        before = [("HGET", rs.keys.queue_config, queue)] if first else []
+        stored_n, reply, registered = _add_one(rs, spec, queue, if_exists, "p", before)
+        P.learn(rs, queue, stored_n)
+        if reply[0] != "partitioned":
+            if stored_n is None or int(stored_n) <= 1:
+                known.ready.add(queue)
+                return _add_result(rs, spec, queue, reply, registered)
+            # Partitioned by an earlier version: the task went to the unpartitioned
+            # keys. Take it back, and mark the queue.
+            _unmark_stray(rs, queue, spec, reply, int(stored_n))
+        n = P.count(rs, queue, partitions)  # known now, or the slow way
+    stored = queue if n == 1 else K.partition_name(queue, K.partition_index(spec.type, spec.id, n))
+    _, reply, registered = _add_one(rs, spec, stored, if_exists, "", [])
+    return _add_result(rs, spec, stored, reply, registered)
+
+
+def _add_one(
+    rs: Context, spec: TaskSpec, stored: str, if_exists: str, checks: str, before: list[Any]
+) -> tuple[Any, Any, Any]:
+    """One pipelined add: (the ``before`` reply or None, add-5's, SADD's); add-5's
+    refusal raised, a refusal of the SADD returned (the task is written)."""
+    known = P.known(rs)
+    if stored not in known.checked:
+        checks += "t"
+    res = calls.add_one(
+        rs,
+        rs.keys.queue(stored),
+        if_exists,
+        _args(spec),
+        checks=checks,
+        before=before,
+        after=[("SADD", rs.keys.queues, spec.queue)],
+    )
+    first = res[0] if before else None
+    reply, registered = res[-2], res[-1]
+    if isinstance(reply, Exception):
+        err = map_error(reply)
+        if isinstance(registered, int) and registered == 1 and isinstance(err, WrongKeyType):
+            try:  # registered by this call, for a queue that cannot hold tasks: undo
+                rs.redis.execute_command("SREM", rs.keys.queues, spec.queue)
             except Exception:  # noqa: BLE001 - the error below is the one to report
                 pass
-        raise _Partial(map_error(failed[0]), ok, reply)
-    # Registered after the scripts succeeded, so refused input writes nothing.
-    _exec(rs.redis.pipeline(transaction=False).sadd(rs.keys.queues, *counts))
-    return order, pairs
+        if isinstance(err, RedisFull):
+            what = f"task {spec.type} {spec.id} in queue {spec.queue}"
+            raise RedisFull(f"{err}; {what} was not added") from reply
+        if err is reply:
+            raise reply
+        raise err from reply
+    if isinstance(first, Exception):
+        raise map_error(first) from first
+    known.checked.add(stored)
+    return first, reply, registered
 
 
-class _Partial(Exception):
-    """Some ``add-5`` calls of one pipeline were refused (``error``), the others
-    (``ok``: chunk, reply) wrote their tasks. Never leaves this module."""
-
-    def __init__(self, error: Exception, ok: list[tuple[list[TaskSpec], Any]], reply: str):
-        super().__init__(str(error))
-        self.error, self.ok, self.reply = error, ok, reply
-
-    def counts(self) -> dict[str, int]:
-        """What the calls that went through wrote ({"added", "kept", "replaced"})."""
-        out = {"added": 0, "kept": 0, "replaced": 0}
-        for chunk, r in self.ok:
-            if self.reply == "counts":
-                for k, v in zip(("added", "kept", "replaced"), r, strict=True):
-                    out[k] += int(v)
-            else:
-                for ar in _results(chunk, r):
-                    out[ar.status] = out.get(ar.status, 0) + 1
-        return out
+def _unmark_stray(rs: Context, queue: str, spec: TaskSpec, reply: Any, parts: int) -> None:
+    """Undo an add to the unpartitioned keys of a partitioned queue, and give the
+    queue its "#partitions" field so that add-5 refuses the next such add."""
+    q = rs.keys.queue(queue)
+    pipe = rs.redis.pipeline(transaction=False)
+    if reply[0] == "added":  # (kept or replaced: it was there before; leave it)
+        pipe.execute_command("HDEL", q.tasks, spec.member)
+        pipe.execute_command("ZREM", q.sched, spec.member)
+    pipe.execute_command("HSET", q.tasks, P.PARTITIONS_FIELD, parts)
+    _exec(pipe)
 
 
-def add_many(
-    rs: Context,
-    specs: Iterable[TaskSpec],
-    *,
-    if_exists: str = "keep",
-    batch: int = 500,
-    partitions: int | None = None,
-) -> list[AddResult]:
-    """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
-    calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
-    try:
-        order, pairs = _add_calls(rs, specs, if_exists, "tasks", batch, partitions)
-    except _Partial as p:
-        raise p.error from None
-    results: dict[int, AddResult] = {}
-    for part, r in pairs:
-        for s, ar in zip(part, _results(part, r), strict=True):
-            results[id(s)] = ar
-    return [results[id(s)] for s in order]
-
-
-def add_counts(
-    rs: Context,
-    specs: Iterable[TaskSpec],
-    *,
-    if_exists: str = "keep",
-    batch: int = 1000,
-    partitions: int | None = None,
-) -> dict[str, int]:
-    """:func:`add_many` for bulk loads: only ``{"added", "kept", "replaced"}`` counts
-    come back (no per-task reply to build or parse)."""
-    try:
-        return _counts(rs, specs, if_exists, batch, partitions)
-    except _Partial as p:
-        raise p.error from None
-
-
-def _counts(
-    rs: Context, specs: Iterable[TaskSpec], if_exists: str, batch: int, partitions: int | None
-) -> dict[str, int]:
-    """:func:`add_counts`, raising :class:`_Partial` when some calls were refused."""
-    _, pairs = _add_calls(rs, specs, if_exists, "counts", batch, partitions)
-    counts = {"added": 0, "kept": 0, "replaced": 0}
-    for _, (a, k, r) in pairs:
-        counts["added"] += int(a)
-        counts["kept"] += int(k)
-        counts["replaced"] += int(r)
-    return counts
-
-
-def add_lines(
-    rs: Context | Callable[[], Context],
-    lines: Iterable[bytes | str],
-    *,
-    if_exists: str = "keep",
-    batch: int = 10_000,
-    progress: Any = None,
-    partitions: int | None = None,
-    retry_s: float = 0.0,
-    on_retry: Callable[[BaseException, float], None] | None = None,
-    tz: str | None = None,
-) -> dict[str, int]:
-    """``add --from``: JSON lines -> tasks, ``batch`` lines validated, then written
-    in one pipeline. A bad line raises :class:`BadInput` naming it; nothing of
-    its batch is written (earlier batches are, and the message says how many).
-    ``progress(counts)`` is called after each batch. ``rs`` may be a function
-    that connects: it is called on the first batch (bad input needs no Redis).
-
-    A batch is written by a helper thread while the next one is parsed, so the
-    server's work overlaps the parsing (one batch in flight at a time).
-
-    ``retry_s``: a batch whose write meets an outage (:data:`rsched.core.transient.TRANSIENT`:
-    Redis restarting, loading, a Sentinel or Cluster failover) is written again,
-    with backoff, for up to that many seconds from the first error, and
-    ``on_retry(error, seconds_left)`` is told. Writing a batch again is safe with
-    ``keep`` and ``replace`` (re-adding the same task is idempotent); a task the
-    lost attempt had already written then counts as kept. Never with ``error``:
-    a batch that was half written would report conflicts for its own tasks.
-    A full Redis (``maxmemory`` reached) is such an outage too: it lasts until
-    memory is freed. When the outage outlasts ``retry_s`` the error says how many
-    tasks were written, counting the calls of the last batch that went through
-    (each call of ``add-5`` is written whole or, refused, not at all)."""
-    import threading
-    import time
-
-    from rsched.core.transient import TRANSIENT
-
-    _check_if_exists(if_exists)
-    counts = {"added": 0, "kept": 0, "replaced": 0}
-    pending: list[TaskSpec] = []
-    conn: list[Context] = []
-    sent = [0, 0]  # tasks handed to the writer so far, and the line number of the last one
-    inflight: list[tuple[threading.Thread, dict[str, Any]]] = []
-
-    def wait() -> None:
-        if not inflight:
-            return
-        thread, box = inflight.pop()
-        thread.join()
-        for k, v in box.get("counts", {}).items():
-            counts[k] += v
-        if "error" in box:
-            exc = box["error"]
-            if isinstance(exc, TRANSIENT):
-                from rsched.core.errors import map_error
-
-                err = map_error(exc)
-                done = sum(counts.values())
-                raise type(err)(
-                    f"{err}; add --from wrote {done} of the first {sent[0]} tasks (lines 1-"
-                    f"{sent[1]}: added {counts['added']}, kept {counts['kept']}, replaced "
-                    f"{counts['replaced']}) and nothing after them; adding the same lines "
-                    "again keeps what was written"
-                ) from exc
-            raise exc
-        if progress is not None:
-            progress(counts)
-
-    retry = retry_s > 0 and if_exists != "error"
-
-    def write(specs: list[TaskSpec], box: dict[str, Any]) -> None:
-        give_up = 0.0
-        delay = 0.1
-        while True:
-            try:
-                box["counts"] = _counts(conn[0], specs, if_exists, 1000, partitions)
-                return
-            except _Partial as p:  # some of its calls were written, then one was refused
-                box["counts"], failure = p.counts(), p.error
-            except TRANSIENT as exc:
-                box.pop("counts", None)
-                failure = exc
-            except BaseException as exc:  # noqa: BLE001 - re-raised by wait() in the caller
-                box["error"] = exc
-                return
-            now = time.monotonic()
-            give_up = give_up or now + retry_s
-            if not isinstance(failure, TRANSIENT) or not retry or now >= give_up:
-                box["error"] = failure
-                return
-            # Written again whole: what the failed attempt wrote then counts as kept.
-            box.pop("counts", None)
-            if on_retry is not None:
-                from rsched.core.errors import map_error
-
-                on_retry(map_error(failure), give_up - now)
-            time.sleep(min(delay, give_up - now))
-            delay = min(delay * 2, 2.0)
-
-    def flush(lineno: int) -> None:
-        if not pending:
-            return
-        if not conn:
-            conn.append(rs() if callable(rs) else rs)
-        wait()
-        box: dict[str, Any] = {}
-        thread = threading.Thread(target=write, args=(pending[:], box), daemon=True)
-        sent[0] += len(pending)
-        sent[1] = lineno
-        pending.clear()
-        thread.start()
-        inflight.append((thread, box))
-
-    parse = spec_from_line if tz is None else functools.partial(spec_from_line, tz=tz)
-    lineno = 0
-    try:
-        for lineno, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            try:
-                pending.append(parse(raw, lineno))
-            except BadInput as exc:
-                wait()
-                done = sum(counts.values())
-                if done:
-                    raise BadInput(
-                        str(exc.field),
-                        f"{str(exc).split(': ', 1)[-1]} "
-                        f"({done} tasks from earlier lines were written; nothing from this batch)",
-                    ) from None
-                raise
-            if len(pending) >= batch:
-                flush(lineno)
-        flush(lineno)
-    except BaseException:
-        for thread, _ in inflight:  # never leave a writer running behind an error
-            thread.join()
-        raise
-    wait()
-    return counts
+def _add_result(
+    rs: Context, spec: TaskSpec, stored: str, reply: list[Any], registered: Any
+) -> AddResult:
+    if reply[0] == "kept":
+        status, state, _, now, raw, score = reply
+        task = _decode(rs, spec.queue, spec.member, raw, state, float(score))
+        assert task is not None
+    else:
+        status, due, now = reply
+        task = _spec_task(spec, "due" if due <= now else "scheduled", due)
+    result = AddResult(status, task, now_ms=int(now), stored_queue=stored)
+    if isinstance(registered, Exception):
+        err = map_error(registered)
+        if not isinstance(err, RedisFull):
+            raise err from registered
+        # The task's own write took the last room.
+        what = f"task {spec.type} {spec.id} in queue {spec.queue}"
+        raise RedisFull(
+            f"{err}; {what} was added, but its queue could not be entered in the list "
+            "of queues (`rsched queues`); adding it again keeps the task and does that"
+        ) from registered
+    return result
 
 
 def cancel(rs: Context, task_type: str, task_id: str, queue: str = "default") -> str:
     """Remove a task; returns the state it was in. A running task's handler is
     stopped by its consumer (told on the queue's cancel channel) and the run is
     recorded ``cancelled``."""
-    validate.task_type(task_type)
-    validate.task_id(task_id)
-    validate.queue(queue)
-    stored = P.of_task(rs, queue, task_type, task_id)
-    q = rs.keys.queue(stored)
+    return cancel_ref(rs, task_ref(task_type, task_id, queue))
+
+
+def cancel_ref(rs: Context, ref: TaskRef) -> str:
+    """:func:`cancel` of a validated reference."""
+    stored = P.of_task(rs, ref.queue, ref.type, ref.id)
     ident = rs.identity()
-    state = rs.scripts(
-        "cancel-5",
-        [q.sched, q.proc, q.dead, q.tasks, q.history],
-        [
-            K.member(task_type, task_id),
-            rs.history_maxlen,
-            stored,
-            q.cancel_channel,
-            f"{ident['host']} pid {ident['pid']}",
-        ],
+    state = calls.cancel(
+        rs,
+        rs.keys.queue(stored),
+        ref.member,
+        rs.history_maxlen,
+        stored,
+        f"{ident['host']} pid {ident['pid']}",
     )
     if not state:
-        raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
+        raise NotFound(f"no task {ref.type} {ref.id} in queue {ref.queue}")
     return str(state)
 
 
@@ -422,11 +242,14 @@ def _decode(
 
 
 def show(rs: Context, task_type: str, task_id: str, queue: str = "default") -> Task:
-    validate.task_type(task_type)
-    validate.task_id(task_id)
-    validate.queue(queue)
+    return show_ref(rs, task_ref(task_type, task_id, queue))
+
+
+def show_ref(rs: Context, ref: TaskRef) -> Task:
+    """:func:`show` of a validated reference."""
+    task_type, task_id, queue = ref.type, ref.id, ref.queue
     q = rs.keys.queue(P.of_task(rs, queue, task_type, task_id))
-    m = K.member(task_type, task_id)
+    m = ref.member
     pipe = rs.redis.pipeline(transaction=False)
     # A cluster pipeline refuses keyless commands (TIME): ask for the time first.
     clustered = _is_cluster(rs.redis)
@@ -440,8 +263,8 @@ def show(rs: Context, task_type: str, task_id: str, queue: str = "default") -> T
         now = rs.now_ms()
         raw, s, p, d = _exec(pipe)
     else:
-        (sec, usec), raw, s, p, d = _exec(pipe)
-        now = int(sec) * 1000 + int(usec) // 1000
+        t, raw, s, p, d = _exec(pipe)
+        now = time_reply_ms(t)
     if raw is None:
         raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
     if s is not None:
@@ -482,13 +305,12 @@ def list_tasks(
     limit: int = 100,
 ) -> list[Task]:
     """Tasks soonest first, at most ``limit``; reads in pages, never a whole queue."""
-    validate.queue(queue)
-    if state not in (*STATES, "all"):
-        raise BadInput("--state", f"{state!r} is not one of {', '.join((*STATES, 'all'))}")
-    if task_type is not None:
-        validate.task_type(task_type, "--type")
-    if limit < 1:
-        raise BadInput("--limit", f"{limit} is not a positive whole number")
+    return list_query(rs, task_query(queue, state=state, task_type=task_type, limit=limit))
+
+
+def list_query(rs: Context, query: TaskQuery) -> list[Task]:
+    """:func:`list_tasks` of a validated query."""
+    queue, state, task_type, limit = query.queue, query.state, query.type, query.limit
     stored = P.names(rs, queue)
     if len(stored) > 1:  # each partition's first `limit`, merged in the same order
         rank = {"processing": 0, "due": 1, "scheduled": 2, "dead": 3}
@@ -569,7 +391,26 @@ def _due_rows(
 
 
 def known_queues(rs: Context) -> list[str]:
-    return sorted(rs.redis.smembers(rs.keys.queues))
+    return sorted(rs.redis.execute_command("SMEMBERS", rs.keys.queues))
+
+
+# Plain commands below, their replies read by these: the one-shot client of
+# rsched.core.resp (`rsched queues` starts without redis-py) answers as RESP2
+# does; redis-py may speak RESP3 and convert some replies itself.
+
+
+def _scored(reply: Any) -> list[tuple[str, float]]:
+    """A ``Z*`` reply ``WITHSCORES``: flat (RESP2) or pairs (RESP3, redis-py's tuples)."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(m, float(sc)) for m, sc in reply]
+    return [(reply[i], float(reply[i + 1])) for i in range(0, len(reply or ()), 2)]
+
+
+def _hash(reply: Any) -> dict[str, Any]:
+    """An ``HGETALL`` reply: a dict (redis-py) or a flat list (RESP2)."""
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[0::2], reply[1::2], strict=True)) if reply else {}
 
 
 def _stored_names(rs: Context, queues: list[str]) -> list[str]:
@@ -596,18 +437,22 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
     for name in names:
         for part in stored[name]:
             q = rs.keys.queue(part)
-            pipe.zcard(q.sched)
-            pipe.zcount(q.sched, "-inf", now)
-            pipe.zcard(q.proc)
-            pipe.zcount(q.proc, "-inf", now)
-            pipe.zcard(q.dead)
-            pipe.zrangebyscore(q.sched, 0, "+inf", start=0, num=1, withscores=True)
-            pipe.zrangebyscore(q.sched, f"({now}", "+inf", start=0, num=1, withscores=True)
-            pipe.zrangebyscore(q.consumers, f"({now}", "+inf")
-            pipe.exists(q.paused)
-            pipe.hgetall(q.lanes)
-            pipe.hgetall(q.handles)
+            cmd = pipe.execute_command
+            cmd("ZCARD", q.sched)
+            cmd("ZCOUNT", q.sched, "-inf", now)
+            cmd("ZCARD", q.proc)
+            cmd("ZCOUNT", q.proc, "-inf", now)
+            cmd("ZCARD", q.dead)
+            cmd("ZRANGEBYSCORE", q.sched, 0, "+inf", "LIMIT", 0, 1, "WITHSCORES")
+            cmd("ZRANGEBYSCORE", q.sched, f"({now}", "+inf", "LIMIT", 0, 1, "WITHSCORES")
+            cmd("ZRANGEBYSCORE", q.consumers, f"({now}", "+inf")
+            cmd("EXISTS", q.paused)
+            cmd("HGETALL", q.lanes)
+            cmd("HGETALL", q.handles)
     res = _exec(pipe) if names else []
+    for j in range(0, len(res), 11):
+        res[j + 5], res[j + 6] = _scored(res[j + 5]), _scored(res[j + 6])
+        res[j + 9], res[j + 10] = _hash(res[j + 9]), _hash(res[j + 10])
     # Round two: every parked type's count and oldest task.
     lanes_of: list[list[tuple[str, int]]] = []
     pipe = rs.redis.pipeline(transaction=False)
@@ -618,9 +463,11 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
         lanes_of.append(lanes)
         for _, lane in lanes:
             lo, hi = K.lane_bounds(lane)
-            pipe.zcount(sched_key, lo, hi)
-            pipe.zrangebyscore(sched_key, lo, hi, start=0, num=1, withscores=True)
+            pipe.execute_command("ZCOUNT", sched_key, lo, hi)
+            pipe.execute_command("ZRANGEBYSCORE", sched_key, lo, hi, "LIMIT", 0, 1, "WITHSCORES")
     parked = _exec(pipe) if any(lanes_of) else []
+    for j in range(1, len(parked), 2):
+        parked[j] = _scored(parked[j])
     out = []
     i = 0
     k = 0
@@ -697,14 +544,10 @@ def requeue_stale(
         q = rs.keys.queue(name)
         dm = default_max or rs.default_max_attempts(K.logical_queue(name))
         while True:
-            rq, rd, more = rs.scripts(
-                "requeue-stale-6",
-                [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake],
-                [BATCH, "1" if dry_run else "0", rs.history_maxlen, name, dm],
-            )
-            total["requeued"] += int(rq)
-            total["dead"] += int(rd)
-            if not int(more):
+            rq, rd, more = calls.requeue_stale(rs, q, BATCH, dry_run, rs.history_maxlen, name, dm)
+            total["requeued"] += rq
+            total["dead"] += rd
+            if not more:
                 break
     return total
 
@@ -718,7 +561,7 @@ def retry(rs: Context, queue: str, items: list[tuple[str, str]]) -> int:
     n = 0
     for name, members in by_stored.items():
         q = rs.keys.queue(name)
-        n += int(rs.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], members))
+        n += calls.retry(rs, q, members)
     if n == 0 and len(items) == 1:
         t, i = items[0]
         if rs.redis.hexists(q.tasks, members[0]):
@@ -736,7 +579,7 @@ def retry_all(rs: Context, queue: str | None = None) -> int:
             members = rs.redis.zrange(q.dead, 0, BATCH - 1)
             if not members:
                 break
-            n += int(rs.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], members))
+            n += calls.retry(rs, q, members)
     return n
 
 
@@ -746,13 +589,9 @@ def purge_dead(rs: Context, queue: str | None = None, older_than_ms: int | None 
     for name in _stored_names(rs, names):
         q = rs.keys.queue(name)
         while True:
-            deleted, more = rs.scripts(
-                "purge-2",
-                [q.dead, q.tasks],
-                [-1 if older_than_ms is None else older_than_ms, BATCH],
-            )
-            n += int(deleted)
-            if not int(more):
+            deleted, more = calls.purge(rs, q, older_than_ms, BATCH)
+            n += deleted
+            if not more:
                 break
     return n
 

@@ -13,6 +13,15 @@ read from there by everyone; asking for another count is refused
 that already holds tasks, or has live consumers, unpartitioned cannot become
 partitioned (its tasks would be in no partition; its consumers would not
 watch the partitions).
+
+The unpartitioned queue's own ``tasks`` hash holds the field ``#partitions``
+(-> N) once the queue is partitioned (never a task's member: those have a
+space). ``add-5`` checks it (its "p" check), so that an add that took the
+queue to be unpartitioned, without reading ``queue-config`` first, is refused
+and nothing written: the add is one round trip. The ``queue-config`` entry
+stays the authority: the same round trip reads it, and a queue partitioned by
+an earlier version (no field yet) gets the field on the first add that meets it
+(:func:`rsched.queue.ops.add_spec`).
 """
 
 from __future__ import annotations
@@ -39,12 +48,62 @@ def check_count(value: Any, field: str = "--partitions") -> int:
     return n
 
 
+#: The field of an unpartitioned queue's ``tasks`` hash that says it is partitioned.
+PARTITIONS_FIELD = "#partitions"
+
+
+class Known:
+    """What one context has learned of its queues (kept on the context)."""
+
+    def __init__(self) -> None:
+        #: queue -> its partition count, once read as > 1 ("not partitioned" is
+        #: not kept: another process may partition the queue)
+        self.counts: dict[str, int] = {}
+        #: stored queues whose keys' types add-5 has checked on this connection
+        self.checked: set[str] = set()
+        #: queues this context added a task to unpartitioned, as ``queue-config``
+        #: said: a later add reads it no more (add-5's "p" check sees a
+        #: partitioning by this version)
+        self.ready: set[str] = set()
+
+
+def known(rs: Context) -> Known:
+    k = rs.__dict__.get("_rsched_known")
+    if k is None:
+        k = rs.__dict__["_rsched_known"] = Known()
+    return k
+
+
 def _cache(rs: Context) -> dict[str, int]:
-    cache = getattr(rs, "_partition_counts", None)
-    if cache is None:
-        cache = {}
-        rs._partition_counts = cache  # type: ignore[attr-defined]
-    return cache
+    return known(rs).counts
+
+
+def _want(rs: Context, queue: str, want: int | None) -> int | None:
+    if want is None:
+        cfg = rs.queue_option(queue, "partitions")
+        want = check_count(cfg, f"queues.{queue}.partitions") if cfg is not None else None
+    return want
+
+
+def resolve(rs: Context, queue: str, want: int | None = None) -> int | None:
+    """:func:`count` without a round trip where it can: the count this context
+    knows, or, for a queue taken to be unpartitioned (no ``want`` above 1),
+    None: the caller adds with ``add-5``'s "p" check (see the module docstring)
+    and reads ``queue-config`` in the same round trip."""
+    want = _want(rs, queue, want)
+    got = _cache(rs).get(queue)
+    if got is not None:
+        _agree(rs, queue, want, got)
+        return got
+    if want is None or want == 1:
+        return None
+    return count(rs, queue, want)
+
+
+def learn(rs: Context, queue: str, stored: Any) -> None:
+    """Keep a ``queue-config`` reply (read in an add's round trip) as the count."""
+    if stored is not None and int(stored) > 1:
+        _cache(rs)[queue] = int(stored)
 
 
 def count(rs: Context, queue: str, want: int | None = None) -> int:
@@ -55,15 +114,17 @@ def count(rs: Context, queue: str, want: int | None = None) -> int:
     a first use with ``want > 1`` stores it. (Plain ``execute_command``: the
     one-shot client of :mod:`rsched.core.resp` has no command helpers.)"""
     cache = _cache(rs)
-    if want is None:
-        cfg = rs.queue_option(queue, "partitions")
-        want = check_count(cfg, f"queues.{queue}.partitions") if cfg is not None else None
+    want = _want(rs, queue, want)
     got = cache.get(queue)
     if got is None:
         stored = rs.redis.execute_command("HGET", rs.keys.queue_config, queue)
         if stored is None and want is not None and want > 1:
             q = rs.keys.queue(queue)
-            if rs.redis.execute_command("EXISTS", q.tasks):
+            held = int(rs.redis.execute_command("HLEN", q.tasks))
+            # (the field alone: another process partitioned it just now; read again below)
+            if held > 1 or (
+                held and not rs.redis.execute_command("HEXISTS", q.tasks, PARTITIONS_FIELD)
+            ):
                 raise ConfigError(
                     f"queue {queue} already holds tasks unpartitioned; "
                     f"it cannot become {want} partitions (use a new queue name)"
@@ -78,9 +139,16 @@ def count(rs: Context, queue: str, want: int | None = None) -> int:
             stored = rs.redis.execute_command(
                 "HGET", rs.keys.queue_config, queue
             )  # whoever was first
+            rs.redis.execute_command("HSET", q.tasks, PARTITIONS_FIELD, int(stored))
         got = int(stored) if stored is not None else 1
         if got > 1:  # "not partitioned" is not cached: another process may store a count
             cache[queue] = got
+    _agree(rs, queue, want, got)
+    return got
+
+
+def _agree(rs: Context, queue: str, want: int | None, got: int) -> None:
+    """Refuse a ``want`` that is not the stored count ``got``."""
     if want is not None and want != got:
         where = f"{rs.keys.queue_config} in Redis"
         if got == 1:
@@ -92,7 +160,6 @@ def count(rs: Context, queue: str, want: int | None = None) -> int:
             f"queue {queue} has {got} partitions ({where}); --partitions {want} conflicts "
             "(every producer and consumer must agree)"
         )
-    return got
 
 
 def names(rs: Context, queue: str, want: int | None = None) -> list[str]:

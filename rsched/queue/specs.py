@@ -9,7 +9,7 @@ from typing import Any
 from rsched.core import validate
 from rsched.core.errors import BadInput
 from rsched.core.timeutil import parse_duration, parse_time
-from rsched.queue.model import TaskSpec
+from rsched.queue.model import STATES, TaskQuery, TaskRef, TaskSpec
 
 
 def _delay(value: Any, field: str) -> int:
@@ -105,6 +105,28 @@ def make_spec(
     if max_attempts is not None:
         spec.max_attempts = validate.max_attempts(max_attempts, f["max_attempts"])
     return spec
+
+
+def task_ref(task_type: str, task_id: str, queue: str = "default") -> TaskRef:
+    """A validated reference to one task (``cancel``, ``show``)."""
+    validate.task_type(task_type)
+    validate.task_id(task_id)
+    validate.queue(queue)
+    return TaskRef(task_type, task_id, queue)
+
+
+def task_query(
+    queue: str = "default", *, state: str = "all", task_type: str | None = None, limit: int = 100
+) -> TaskQuery:
+    """A validated ``list`` query."""
+    validate.queue(queue)
+    if state not in (*STATES, "all"):
+        raise BadInput("--state", f"{state!r} is not one of {', '.join((*STATES, 'all'))}")
+    if task_type is not None:
+        validate.task_type(task_type, "--type")
+    if limit < 1:
+        raise BadInput("--limit", f"{limit} is not a positive whole number")
+    return TaskQuery(queue, state, task_type, limit)
 
 
 #: Fields of one ``add --from`` JSON line.

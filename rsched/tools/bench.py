@@ -7,7 +7,10 @@ an embedded server started for the run (:func:`rsched.tools.server.prepare`).
 Sections (``only`` picks some):
 
 ``enqueue``   ``add --from`` JSON lines: parsed and added in this process, and
-              through a real ``rsched add --from -`` process (start to exit).
+              through a real ``rsched add --from -`` process (start to exit);
+              one task per call with ``rs.add()`` (one round trip each), and
+              beside it one plain redis-py ``ZADD`` per round trip, the limit of
+              one round trip on this machine, and their ratio.
 ``drain``     one ``run consumer`` process draining due tasks, claim + ack
               included: a no-op Python callable, and the command ``true`` with
               ``--concurrency``.
@@ -60,6 +63,8 @@ from typing import TYPE_CHECKING, Any
 from rsched.core.conn import is_cluster, pool_connection
 from rsched.core.errors import BadInput, Conflict, RschedError
 from rsched.locks.lock import Lock
+from rsched.lua import calls
+from rsched.tools.sandbox import child_env, delete_namespace, namespace_keys, node_of, primaries
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.api import Rsched
@@ -71,6 +76,7 @@ SECTIONS = ("enqueue", "drain", "lateness", "cold", "idle", "scale", "locks")
 TARGETS: dict[str, tuple[str, float]] = {
     "enqueue.in_process_per_s": (">=", 50_000),
     "enqueue.process_per_s": (">=", 50_000),
+    "enqueue.single_add_vs_zadd": (">=", 0.9),
     "drain.python_per_s": (">=", 20_000),
     "drain.command_per_s": (">=", 500),
     "lateness.python.p99_ms": ("<=", 5),
@@ -95,6 +101,8 @@ class Params:
     """Sizes of one run; :meth:`quick` is the small variant (about a minute)."""
 
     enqueue_tasks: int = 100_000
+    #: enqueue: single rs.add() calls (and as many plain ZADDs)
+    single_adds: int = 20_000
     drain_tasks: int = 50_000
     command_tasks: int = 2_000
     concurrency: int = 16
@@ -116,6 +124,7 @@ class Params:
     def quick(cls) -> Params:
         return cls(
             enqueue_tasks=20_000,
+            single_adds=5_000,
             drain_tasks=10_000,
             command_tasks=300,
             lateness_s=3.0,
@@ -261,79 +270,6 @@ def _tail(path: Path, n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
-def namespace_keys(rs: Rsched, namespace: str, limit: int | None = None) -> list[str]:
-    """Keys of ``namespace`` (SCAN, never KEYS); stops after ``limit``."""
-    out: list[str] = []
-    for k in rs.redis.scan_iter(match=f"{namespace}:*", count=1000):
-        out.append(k)
-        if limit is not None and len(out) >= limit:
-            break
-    return out
-
-
-def delete_namespace(rs: Rsched, namespace: str) -> int:
-    n = 0
-    batch: list[str] = []
-    for k in rs.redis.scan_iter(match=f"{namespace}:*", count=1000):
-        batch.append(k)
-        if len(batch) >= 500:
-            n += int(rs.redis.unlink(*batch))
-            batch = []
-    if batch:
-        n += int(rs.redis.unlink(*batch))
-    return n
-
-
-def child_env(
-    settings: Settings, namespace: str, workdir: str, *, embedded: bool
-) -> dict[str, str]:
-    """The environment of the ``rsched`` processes a bench or demo starts: the
-    same server, credentials, TLS files and config file as this process (the
-    config's path made absolute: they run in ``workdir``), none of the caller's
-    other ``RSCHED_*`` variables; an embedded server's run sees no config file."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RSCHED_") and k != "REDIS_URL"}
-    env.update(
-        {
-            "RSCHED_REDIS_URL": settings.redis_url,
-            "RSCHED_NAMESPACE": namespace,
-            "NO_COLOR": "1",
-        }
-    )
-    if embedded:
-        env["XDG_CONFIG_HOME"] = os.path.join(workdir, "xdg")  # no user config
-        return env
-    if settings.password is not None:
-        env["RSCHED_REDIS_PASSWORD"] = settings.password
-    if settings.config_path is not None:
-        env["RSCHED_CONFIG"] = str(Path(settings.config_path).resolve())
-    if settings.cluster is not None:
-        env["RSCHED_REDIS_CLUSTER"] = "true" if settings.cluster else "false"
-    for var in ("RSCHED_TLS_CA", "RSCHED_TLS_CERT", "RSCHED_TLS_KEY", "RSCHED_SENTINEL_PASSWORD"):
-        if os.environ.get(var):
-            env[var] = os.environ[var]
-    return env
-
-
-def primaries(client: Any) -> list[tuple[str, Any]]:
-    """(name, plain client) of every server whose figures count: each primary of
-    a Redis Cluster (redis-py sends INFO, TIME, MONITOR to one node only), else
-    the one server."""
-    if not is_cluster(client):
-        return [("server", client)]
-    return sorted(
-        ((n.name, client.get_redis_connection(n)) for n in client.get_primaries()),
-        key=lambda t: t[0],
-    )
-
-
-def node_of(client: Any, key: str) -> tuple[str, Any]:
-    """(name, plain client) of the primary that holds ``key``'s slot."""
-    if not is_cluster(client):
-        return ("server", client)
-    node = client.get_node_from_key(key)
-    return node.name, client.get_redis_connection(node)
-
-
 def _server_s(node: Any) -> float:
     sec, usec = node.time()
     return int(sec) + int(usec) / 1e6
@@ -466,7 +402,8 @@ class Bench:
     ) -> None:
         """Add ``n`` tasks straight through the library (no per-line parsing);
         ``parted``: into the queue's partitions (with ``--partitions``)."""
-        from rsched.queue.ops import TaskSpec, add_counts
+        from rsched.queue.bulk import add_counts
+        from rsched.queue.model import TaskSpec
 
         step = 20_000
         for start in range(0, n, step):
@@ -541,7 +478,7 @@ class Bench:
         )
 
     def enqueue(self) -> dict[str, Any]:
-        from rsched.queue.ops import add_lines
+        from rsched.queue.bulk import add_lines
 
         n = self.p.enqueue_tasks
         inproc: list[float] = []
@@ -573,11 +510,40 @@ class Bench:
                 )
             viaproc.append(n / dt)
             self._clear_queue("bench-enqueue")
+        single, zadd = self._single_adds(self.p.single_adds)
         return {
             "tasks": n,
             "in_process_per_s": round(_median(inproc)),
             "process_per_s": round(_median(viaproc)),
+            "single_tasks": self.p.single_adds,
+            "single_add_per_s": round(single),
+            "zadd_per_s": round(zadd),
+            "single_add_vs_zadd": round(single / zadd, 2) if zadd else None,
         }
+
+    def _single_adds(self, n: int) -> tuple[float, float]:
+        """Medians over the repeats of: ``n`` ``rs.add()`` calls, one task each; ``n``
+        plain redis-py ``ZADD`` calls on one key, one per round trip. Alternated
+        within each repeat, so that both see the same machine."""
+        adds: list[float] = []
+        zadds: list[float] = []
+        key = f"{self.rs.namespace}:bench-zadd"
+        want = self._want()
+        r = self.rs.redis
+        for rep in range(self.p.repeat):
+            t0 = time.perf_counter()
+            for i in range(n):
+                self.rs.add(
+                    "bench.one", f"{rep}-{i}", queue="bench-enqueue", delay=60_000, partitions=want
+                )
+            adds.append(n / (time.perf_counter() - t0))
+            self._clear_queue("bench-enqueue")
+            t0 = time.perf_counter()
+            for i in range(n):
+                r.zadd(key, {f"{rep}-{i}": i})
+            zadds.append(n / (time.perf_counter() - t0))
+            r.delete(key)
+        return _median(adds), _median(zadds)
 
     # -------------------------------------------------------------- drain
 
@@ -631,7 +597,8 @@ class Bench:
     # -------------------------------------------------------------- lateness
 
     def _lateness_once(self, queue: str, handler_args: list[str], use_finish: bool) -> list[int]:
-        from rsched.queue.ops import TaskSpec, add_counts
+        from rsched.queue.bulk import add_counts
+        from rsched.queue.model import TaskSpec
 
         proc = self._consumer(queue, *handler_args)
         try:
@@ -870,13 +837,13 @@ class Bench:
         )
         mem = _used_memory(node_of(self.rs.redis, k.sched)[1])
         # `n` due tasks to claim one at a time
-        from rsched.queue.ops import TaskSpec, add_counts
+        from rsched.queue.bulk import add_counts
+        from rsched.queue.model import TaskSpec
 
         add_counts(self.rs, [TaskSpec("bench.due", str(i), queue) for i in range(n)])
         claim_keys = [k.sched, k.proc, k.dead, k.tasks, k.wake, k.seq, k.paused]
         claim_keys += [k.consumers, k.history, k.lanes, k.handles]
         claim_args = [1, 60_000, "bench", 15_000, 100, 0, queue, DEFAULT_MAX_ATTEMPTS]
-        add_keys = [k.sched, k.proc, k.dead, k.tasks, k.wake]
         claims, adds = [], []
         for i in range(n):
             t0 = time.perf_counter()
@@ -885,16 +852,9 @@ class Bench:
             if len(out) <= 6:
                 raise RschedError("bench: a claim found nothing due")
             claims.append((t1 - t0) * 1e6)
-            args = [
-                "keep",
-                "tasks",
-                f"bench.add {i}",
-                f"+{rnd.randint(60_000, 86_400_000)}",
-                '{"n":1}',
-                0,
-            ]
+            task = (f"bench.add {i}", f"+{rnd.randint(60_000, 86_400_000)}", '{"n":1}', 0)
             t0 = time.perf_counter()
-            self.rs.scripts("add-5", add_keys, args)
+            calls.add(self.rs, k, "keep", "tasks", [task])
             adds.append((time.perf_counter() - t0) * 1e6)
         typed = self._typed_claims(queue, claim_keys, claim_args, n)
         return {
@@ -912,7 +872,8 @@ class Bench:
         the first claim parks them (in calls of PARK_LIMIT), then every claim reads
         its own type only."""
         from rsched.consumer.loop import PARK_LIMIT
-        from rsched.queue.ops import TaskSpec, add_counts
+        from rsched.queue.bulk import add_counts
+        from rsched.queue.model import TaskSpec
 
         add_counts(self.rs, [TaskSpec("bench.other", str(i), queue) for i in range(n)])
         add_counts(self.rs, [TaskSpec("bench.due", f"t{i}", queue) for i in range(n)])
@@ -1187,6 +1148,9 @@ def _maybe_embedded(embedded: bool, workdir: str) -> Iterator[str | None]:
 ROWS: list[tuple[str, str, str]] = [
     ("enqueue.in_process_per_s", "enqueue: add --from, in process", "tasks/s"),
     ("enqueue.process_per_s", "enqueue: rsched add --from - process", "tasks/s"),
+    ("enqueue.single_add_per_s", "enqueue: rs.add(), one task per call", "tasks/s"),
+    ("enqueue.zadd_per_s", "enqueue: plain ZADD, one per round trip", "calls/s"),
+    ("enqueue.single_add_vs_zadd", "enqueue: rs.add() / plain ZADD", "x"),
     ("drain.python_per_s", "drain: consumer, Python no-op", "tasks/s"),
     ("drain.command_per_s", "drain: consumer, command `true`", "tasks/s"),
     ("lateness.python.p50_ms", "lateness p50: Python handler", "ms"),

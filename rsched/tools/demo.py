@@ -153,7 +153,7 @@ def run(
     from rsched.queue import queues as P
     from rsched.queue.ops import make_spec
     from rsched.tools import server as srv
-    from rsched.tools.bench import child_env, delete_namespace, primaries
+    from rsched.tools.sandbox import child_env, delete_namespace, primaries
 
     if settings is None and redis_url is not None:
         settings = Settings(redis_url=redis_url)

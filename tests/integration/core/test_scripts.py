@@ -12,7 +12,7 @@ from rsched.api import Rsched
 from rsched.core.errors import ConfigError
 from rsched.core.resp import LiteRedis, parse_url
 from rsched.lua.loader import Scripts, sha1, source
-from rsched.queue import ops as tasks
+from rsched.queue import bulk
 from rsched.queue.ops import TaskSpec
 from tests.support import RedisServer
 
@@ -33,7 +33,7 @@ def test_evalsha_then_eval_after_a_flush(rs: Rsched) -> None:
 
 def test_pipeline_calls_use_eval(rs: Rsched) -> None:
     rs.redis.script_flush()
-    counts = tasks.add_counts(rs, [TaskSpec("s.t", str(i), "default") for i in range(5)])
+    counts = bulk.add_counts(rs, [TaskSpec("s.t", str(i), "default") for i in range(5)])
     assert counts["added"] == 5
     pipe = rs.redis.pipeline(transaction=False)
     keys, args = _purge_args(rs)

@@ -14,6 +14,7 @@ import pytest
 
 from rsched.api import Rsched
 from rsched.core.errors import BadInput, Conflict
+from rsched.queue import bulk, specs
 from rsched.queue import ops as tasks
 from rsched.queue.ops import TaskSpec
 from tests.support import Cli, RedisServer, wait_for
@@ -24,11 +25,11 @@ def _spec(i: str, delay: int | None = None, payload: str = "null") -> TaskSpec:
 
 
 def test_duplicates_in_one_call_keep_and_replace(rs: Rsched) -> None:
-    res = tasks.add_many(rs, [_spec("1", 60_000, '{"v":1}'), _spec("1", 5, '{"v":2}')])
+    res = bulk.add_many(rs, [_spec("1", 60_000, '{"v":1}'), _spec("1", 5, '{"v":2}')])
     assert [r.status for r in res] == ["added", "kept"]
     assert res[1].task.state == "scheduled" and res[1].task.due_ms == res[0].task.due_ms
     assert rs.show("b.t", "1").payload == {"v": 1}
-    res = tasks.add_many(
+    res = bulk.add_many(
         rs, [_spec("2", None, '{"v":1}'), _spec("2", 60_000, '{"v":2}')], if_exists="replace"
     )
     assert [r.status for r in res] == ["added", "replaced"]
@@ -39,12 +40,12 @@ def test_duplicates_in_one_call_keep_and_replace(rs: Rsched) -> None:
 
 def test_existing_tasks_in_every_state(rs: Rsched) -> None:
     q = rs.keys.queue("default")
-    tasks.add_many(rs, [_spec("due"), _spec("proc"), _spec("dead"), _spec("orphan")])
+    bulk.add_many(rs, [_spec("due"), _spec("proc"), _spec("dead"), _spec("orphan")])
     rs.redis.zrem(q.sched, "b.t proc", "b.t dead", "b.t orphan")
     rs.redis.zadd(q.proc, {"b.t proc": 1})
     rs.redis.zadd(q.dead, {"b.t dead": 1})
     specs = [_spec(i, 1000) for i in ("due", "proc", "dead", "orphan", "new")]
-    res = tasks.add_many(rs, specs)
+    res = bulk.add_many(rs, specs)
     assert [(r.status, r.task.state) for r in res] == [
         ("kept", "due"),
         ("kept", "processing"),
@@ -52,27 +53,27 @@ def test_existing_tasks_in_every_state(rs: Rsched) -> None:
         ("replaced", "scheduled"),
         ("added", "scheduled"),
     ]
-    counts = tasks.add_counts(rs, specs, if_exists="replace")
+    counts = bulk.add_counts(rs, specs, if_exists="replace")
     assert counts == {"added": 0, "kept": 0, "replaced": 5}
     assert rs.redis.zcard(q.proc) == 0 and rs.redis.zcard(q.dead) == 0
     assert rs.redis.zcard(q.sched) == 5
     with pytest.raises(Conflict):
-        tasks.add_counts(rs, [_spec("brand-new"), _spec("due")], if_exists="error")
+        bulk.add_counts(rs, [_spec("brand-new"), _spec("due")], if_exists="error")
     assert not rs.redis.hexists(q.tasks, "b.t brand-new")
 
 
 def test_large_call_is_sliced_for_lua(rs: Rsched) -> None:
     n = 9_000  # more arguments than one Lua unpack takes
-    counts = tasks.add_counts(rs, [_spec(str(i), 1000 + i) for i in range(n)], batch=n)
+    counts = bulk.add_counts(rs, [_spec(str(i), 1000 + i) for i in range(n)], batch=n)
     assert counts == {"added": n, "kept": 0, "replaced": 0}
-    again = tasks.add_counts(rs, [_spec(str(i)) for i in range(n)], batch=n)
+    again = bulk.add_counts(rs, [_spec(str(i)) for i in range(n)], batch=n)
     assert again == {"added": 0, "kept": n, "replaced": 0}
     assert rs.redis.hlen(rs.keys.queue("default").tasks) == n
 
 
 def test_record_is_compact_until_claimed(rs: Rsched) -> None:
     q = rs.keys.queue("default")
-    tasks.add_many(rs, [_spec("c", None, '{"a":"é"}')])
+    bulk.add_many(rs, [_spec("c", None, '{"a":"é"}')])
     assert rs.redis.hget(q.tasks, "b.t c") == json.dumps(['{"a":"é"}'], ensure_ascii=False)
     rs.add("b.t", "m", max_attempts=3)
     assert json.loads(rs.redis.hget(q.tasks, "b.t m")) == ["null", 0, 3]
@@ -81,12 +82,12 @@ def test_record_is_compact_until_claimed(rs: Rsched) -> None:
 def test_add_lines_batches_and_bad_line(rs: Rsched) -> None:
     lines = [json.dumps({"type": "l.t", "id": str(i), "in": "1h"}).encode() for i in range(25)]
     seen = []
-    counts = tasks.add_lines(rs, lines, batch=10, progress=lambda c: seen.append(dict(c)))
+    counts = bulk.add_lines(rs, lines, batch=10, progress=lambda c: seen.append(dict(c)))
     assert counts == {"added": 25, "kept": 0, "replaced": 0}
     assert [sum(c.values()) for c in seen] == [10, 20, 25]
     bad = [*lines[:12], b'{"type": "l.t", "id": "x", "in": "soon"}', *lines[13:]]
     with pytest.raises(BadInput, match=r"line 13: in.*10 tasks from earlier lines"):
-        tasks.add_lines(rs, bad, batch=10, if_exists="replace")
+        bulk.add_lines(rs, bad, batch=10, if_exists="replace")
 
 
 @pytest.mark.parametrize(
@@ -111,7 +112,7 @@ def test_add_lines_batches_and_bad_line(rs: Rsched) -> None:
 def test_jsonl_fields_follow_the_flags_rules(rs: Rsched, line: str, message: str) -> None:
     lines = ['{"type": "j.t", "id": "ok"}', '{"type": "j.t", "id": "bad", ' + line + "}"]
     with pytest.raises(BadInput, match=message):
-        tasks.add_lines(rs, lines)
+        bulk.add_lines(rs, lines)
     assert rs.redis.exists(rs.keys.queue("default").tasks) == 0  # nothing of the batch
 
 
@@ -119,19 +120,19 @@ def test_jsonl_id_and_type_are_strings(rs: Rsched) -> None:
     with pytest.raises(
         BadInput, match=r'^line 1: id: 5 is a JSON number; task IDs are strings .*write "5"'
     ):
-        tasks.spec_from_line('{"type": "j.t", "id": 5}', 1)
+        specs.spec_from_line('{"type": "j.t", "id": 5}', 1)
     with pytest.raises(BadInput, match=r"^line 1: id: 1.5 is a JSON number; task IDs are strings"):
-        tasks.spec_from_line('{"type": "j.t", "id": 1.5}', 1)
+        specs.spec_from_line('{"type": "j.t", "id": 1.5}', 1)
     with pytest.raises(
         BadInput, match=r"^line 1: type: 7 is a JSON number; a task type is a string"
     ):
-        tasks.spec_from_line('{"type": 7, "id": "x"}', 1)
+        specs.spec_from_line('{"type": 7, "id": "x"}', 1)
 
 
 def test_jsonl_strings_and_integer_max_attempts_are_accepted(rs: Rsched) -> None:
-    spec = tasks.spec_from_line('{"type": "j.t", "id": "1", "in": "1h30m", "max_attempts": "3"}', 1)
+    spec = specs.spec_from_line('{"type": "j.t", "id": "1", "in": "1h30m", "max_attempts": "3"}', 1)
     assert spec.delay_ms == 5_400_000 and spec.max_attempts == 3
-    spec = tasks.spec_from_line(
+    spec = specs.spec_from_line(
         '{"type": "j.t", "id": "2", "at": "2026-12-01T02:00+08:00", "max_attempts": 4}', 1
     )
     assert spec.at_ms == 1_796_061_600_000 and spec.max_attempts == 4
