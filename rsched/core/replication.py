@@ -10,7 +10,7 @@ write that connection made, or the timeout passes, and answers how many did.
 It must run on the connection that made the write (a connection whose last
 write is older returns at once), so:
 
-* :func:`script_and_wait` sends the Lua call and ``WAIT`` in one pipeline (one
+* :func:`rsched.lua.calls.script_and_wait` sends the Lua call and ``WAIT`` in one pipeline (one
   connection), for callers that share a client between threads (cron runners,
   the library's :class:`~rsched.locks.lock.Lock`);
 * :func:`wait` is a plain ``WAIT`` for single-threaded callers whose last write
@@ -130,33 +130,3 @@ def wait(client: Any, pol: WaitPolicy, keys: list[str] | None = None) -> int:
         if mapped is exc:
             raise
         raise mapped from exc
-
-
-def script_and_wait(
-    rs: Context, name: str, keys: list[str], args: list[Any], pol: WaitPolicy
-) -> tuple[Any, int]:
-    """Run Lua operation ``name`` and ``WAIT`` on one connection (a pipeline).
-
-    Returns (the script's reply, replicas that acknowledged it)."""
-    from rsched.core.conn import is_cluster
-    from rsched.core.errors import map_error
-
-    if is_cluster(rs.redis):  # one connection to the keys' primary: script, then WAIT
-        node = rs.redis.get_redis_connection(rs.redis.get_node_from_key(keys[0]))
-        pipe = node.pipeline(transaction=False)
-    else:
-        pipe = rs.redis.pipeline(transaction=False)
-    rs.scripts(name, keys, args, client=pipe)
-    pipe.execute_command("WAIT", pol.replicas, pol.timeout_ms)
-    try:
-        res, acked = pipe.execute(raise_on_error=False)
-    except Exception as exc:
-        mapped = map_error(exc)
-        if mapped is exc:
-            raise
-        raise mapped from exc
-    for r in (res, acked):
-        if isinstance(r, Exception):
-            mapped = map_error(r)
-            raise mapped from (r if mapped is not r else None)
-    return res, int(acked)

@@ -42,12 +42,41 @@ class Bound:
         self.scripts = Scripts(client)
 
 
+def script_and_wait(
+    ctx: Ctx, name: str, keys: list[str], args: list[Any], pol: WaitPolicy
+) -> tuple[Any, int]:
+    """Run Lua operation ``name`` and ``WAIT`` on one connection (a pipeline).
+
+    Returns (the script's reply, replicas that acknowledged it)."""
+    from rsched.core.conn import is_cluster
+    from rsched.core.errors import map_error
+
+    if is_cluster(ctx.redis):  # one connection to the keys' primary: script, then WAIT
+        node = ctx.redis.get_redis_connection(ctx.redis.get_node_from_key(keys[0]))
+        pipe = node.pipeline(transaction=False)
+    else:
+        pipe = ctx.redis.pipeline(transaction=False)
+    ctx.scripts(name, keys, args, client=pipe)
+    pipe.execute_command("WAIT", pol.replicas, pol.timeout_ms)
+    try:
+        res, acked = pipe.execute(raise_on_error=False)
+    except Exception as exc:
+        mapped = map_error(exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc
+    for r in (res, acked):
+        if isinstance(r, Exception):
+            mapped = map_error(r)
+            raise mapped from (r if mapped is not r else None)
+    return res, int(acked)
+
+
 # === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6 ================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
 # partition's, for a partitioned queue).
 
-from collections.abc import Sequence  # noqa: E402 - the section's own imports
 from typing import TYPE_CHECKING, NoReturn  # noqa: E402
 
 from rsched.core.conn import is_cluster  # noqa: E402
@@ -553,9 +582,7 @@ def _cron_call(
 ) -> tuple[Any, int | None]:
     if not wait:
         return ctx.scripts(name, keys, args), None
-    from rsched.core.replication import script_and_wait
-
-    return script_and_wait(ctx, name, keys, args, wait)  # type: ignore[arg-type]
+    return script_and_wait(ctx, name, keys, args, wait)
 
 
 def _cron_json(record: Mapping[str, Any]) -> str:
@@ -608,9 +635,7 @@ def lock_acquire(
     args: list[Any] = [owner, ttl_ms, host, pid]
     acked: int | None = None
     if wait:
-        from rsched.core.replication import script_and_wait
-
-        res, acked = script_and_wait(ctx, "lock-acquire-2", keys, args, wait)  # type: ignore[arg-type]
+        res, acked = script_and_wait(ctx, "lock-acquire-2", keys, args, wait)
     else:
         res = ctx.scripts("lock-acquire-2", keys, args)
     if int(res[0]) == 1:

@@ -69,6 +69,7 @@ from rsched.tools.sandbox import child_env, delete_namespace, namespace_keys, no
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.api import Rsched
     from rsched.core.config import Settings
+    from rsched.core.keys import QueueKeys
 
 SECTIONS = ("enqueue", "drain", "lateness", "cold", "idle", "scale", "locks")
 
@@ -841,22 +842,29 @@ class Bench:
         from rsched.queue.model import TaskSpec
 
         add_counts(self.rs, [TaskSpec("bench.due", str(i), queue) for i in range(n)])
-        claim_keys = [k.sched, k.proc, k.dead, k.tasks, k.wake, k.seq, k.paused]
-        claim_keys += [k.consumers, k.history, k.lanes, k.handles]
-        claim_args = [1, 60_000, "bench", 15_000, 100, 0, queue, DEFAULT_MAX_ATTEMPTS]
+        claim_opts: dict[str, Any] = {
+            "max_tasks": 1,
+            "lease_ms": 60_000,
+            "consumer": "bench",
+            "registration_ttl_ms": 15_000,
+            "reap_limit": 100,
+            "history_maxlen": 0,
+            "queue": queue,
+            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+        }
         claims, adds = [], []
         for i in range(n):
             t0 = time.perf_counter()
-            out = self.rs.scripts("claim-11", claim_keys, claim_args)
+            out = calls.claim(self.rs, k, **claim_opts)
             t1 = time.perf_counter()
-            if len(out) <= 6:
+            if not len(out):
                 raise RschedError("bench: a claim found nothing due")
             claims.append((t1 - t0) * 1e6)
             task = (f"bench.add {i}", f"+{rnd.randint(60_000, 86_400_000)}", '{"n":1}', 0)
             t0 = time.perf_counter()
             calls.add(self.rs, k, "keep", "tasks", [task])
             adds.append((time.perf_counter() - t0) * 1e6)
-        typed = self._typed_claims(queue, claim_keys, claim_args, n)
+        typed = self._typed_claims(queue, k, claim_opts, n)
         return {
             "claim_p50_us": _pct(claims, 50),
             "add_p50_us": _pct(adds, 50),
@@ -865,7 +873,7 @@ class Bench:
         }
 
     def _typed_claims(
-        self, queue: str, claim_keys: list[str], claim_args: list[Any], n: int
+        self, queue: str, k: QueueKeys, claim_opts: dict[str, Any], n: int
     ) -> dict[str, float]:
         """A consumer of one type (``bench.due``) claiming one task at a time, with
         ``n`` due tasks of a type no consumer runs (``bench.other``) ahead of its own:
@@ -877,20 +885,27 @@ class Bench:
 
         add_counts(self.rs, [TaskSpec("bench.other", str(i), queue) for i in range(n)])
         add_counts(self.rs, [TaskSpec("bench.due", f"t{i}", queue) for i in range(n)])
-        typed_args = [*claim_args, 0, '["bench.due"]', PARK_LIMIT, "^bench%.due$"]
+        typed_opts = {
+            **claim_opts,
+            "check": False,
+            "handles_json": '["bench.due"]',
+            "park_limit": PARK_LIMIT,
+            "type_patterns": ["^bench%.due$"],
+        }
         claims: list[float] = []
         parking: list[float] = []
         while len(claims) < n:
             t0 = time.perf_counter()
-            out = self.rs.scripts("claim-11", claim_keys, typed_args)
+            out = calls.claim(self.rs, k, **typed_opts)
             t1 = time.perf_counter()
-            if len(out) <= 6:
+            if not len(out):
                 parking.append((t1 - t0) * 1e6)  # parked a batch of bench.other
                 if len(parking) > n // PARK_LIMIT + 2:
                     raise RschedError("bench: a typed claim found nothing due")
                 continue
-            if str(out[6]).split(" ")[0] != "bench.due":
-                raise RschedError(f"bench: a bench.due consumer claimed {out[6]}")
+            member = str(next(out.tasks())[0])
+            if member.split(" ")[0] != "bench.due":
+                raise RschedError(f"bench: a bench.due consumer claimed {member}")
             claims.append((t1 - t0) * 1e6)
         return {
             "claim_typed_p50_us": _pct(claims, 50),

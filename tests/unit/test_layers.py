@@ -11,8 +11,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 PKG = Path(__file__).resolve().parents[2] / "rsched"
 
 #: A layer may import only itself and the layers listed after it.
@@ -156,7 +154,6 @@ def test_no_cli_module_imports_a_private_name():
     assert wrong == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: in progress")
 def test_no_module_outside_lua_calls_a_script():
     """KEYS/ARGV lists are built only where a script's call is defined
     (``rsched/lua/calls.py``, one typed function per script): nothing outside
