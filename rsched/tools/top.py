@@ -179,7 +179,7 @@ class Col:
 def _text(v: Text | str) -> Text:
     """A cell, with any control character read from Redis written as an escape (rich
     drops a few, but lets ESC through to the terminal)."""
-    from rsched.cli.render import printable
+    from rsched.core.text import printable
 
     if isinstance(v, Text):
         plain = v.plain

@@ -110,3 +110,13 @@ def test_a_bad_line_names_its_number_and_field():
     with pytest.raises(BadInput) as e:
         spec_from_line('{"type": "t", "id": "1", "in": "soon"}', 7)
     assert "line 7" in str(e.value) and "in" in str(e.value)
+
+
+def test_text_from_redis_cannot_drive_the_terminal():
+    from rsched.core.text import printable
+
+    hostile = "id\x1b[2J\x07\r\n\u202eevil\x9b"
+    shown = printable(hostile)
+    assert shown == "id\\x1b[2J\\x07\\r\\n\\u202eevil\\x9b"
+    assert shown.isprintable()
+    assert printable("订单 1001") == "订单 1001"

@@ -167,3 +167,15 @@ def test_no_module_outside_lua_calls_a_script():
             if call.search(line):
                 wrong.append(f"{p.relative_to(PKG)}:{n}")
     assert wrong == []
+
+
+def test_the_operator_tools_never_import_the_cli():
+    """tools/ sits between the library and the CLI: the CLI renders what they return."""
+    wrong = [
+        f"{m} -> {t}"
+        for m, targets in graph().items()
+        if layer(m) == "tools"
+        for t in targets
+        if layer(t) == "cli"
+    ]
+    assert wrong == []
