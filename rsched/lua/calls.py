@@ -410,7 +410,7 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 
 # === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
-#     cron-pause-2, cron-shard-7 ===============================================
+#     cron-pause-2, cron-shard-7, cron-forget-9 ================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
 # on one connection and the reply says how many replicas acknowledged it.)
@@ -589,6 +589,27 @@ def _cron_json(record: Mapping[str, Any]) -> str:
     import json
 
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CronForgetReply:
+    """What ``cron-forget-9`` answers: whether it was refused (live runners and no
+    force: nothing deleted), the live runners, and the keys deleted."""
+
+    refused: bool
+    live_runners: int
+    deleted: int
+
+
+def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
+    """``cron-forget-9``: delete every key of the cron, in one step, unless a runner
+    is live (``force``: even then)."""
+    res = ctx.scripts(
+        "cron-forget-9",
+        [k.ticks, k.state, k.runners, k.run_lock, k.wake, k.fence, k.paused, k.history, k.stats],
+        ["1" if force else "0"],
+    )
+    return CronForgetReply(str(res[0]) == "live", int(res[1]), int(res[2]))
 
 
 # === end of cron ==============================================================

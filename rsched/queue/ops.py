@@ -605,9 +605,13 @@ def dead_tasks(rs: Context, queue: str | None = None, limit: int = 100) -> list[
     return out[:limit]
 
 
-def pause(rs: Context, queue: str) -> bool:
-    """Pause ``queue``'s consumers; returns whether the queue was known before."""
+def pause(rs: Context, queue: str, *, create: bool = True) -> bool:
+    """Pause ``queue``'s consumers; returns whether the queue was known before.
+    ``create=False``: a queue that is not in the registry (no task was ever added
+    to it) is refused (NotFound) and nothing is written."""
     validate.queue(queue)
+    if not create:
+        _check_known(rs, queue, "paused")
     pipe = rs.redis.pipeline(transaction=False)
     pipe.sadd(rs.keys.queues, queue)
     for name in P.names(rs, queue):
@@ -615,9 +619,12 @@ def pause(rs: Context, queue: str) -> bool:
     return not int(_exec(pipe)[0])
 
 
-def resume(rs: Context, queue: str) -> bool:
-    """Resume ``queue``; returns whether it was paused."""
+def resume(rs: Context, queue: str, *, create: bool = True) -> bool:
+    """Resume ``queue``; returns whether it was paused. ``create=False``: an unknown
+    queue is refused (NotFound)."""
     validate.queue(queue)
+    if not create:
+        _check_known(rs, queue, "resumed")
     was = False
     for name in P.names(rs, queue):
         q = rs.keys.queue(name)
@@ -626,3 +633,12 @@ def resume(rs: Context, queue: str) -> bool:
         pipe.zadd(q.wake, {"w": 0})
         was = bool(int(_exec(pipe)[0])) or was
     return was
+
+
+def _check_known(rs: Context, queue: str, verb: str) -> None:
+    """NotFound unless ``queue`` is in the queue registry."""
+    if not int(rs.redis.execute_command("SISMEMBER", rs.keys.queues, queue)):
+        raise NotFound(
+            f'no queue "{queue}": no task was ever added to it; nothing was {verb} '
+            f"(--create {verb[:-1]}s it anyway)"
+        )

@@ -1058,7 +1058,7 @@ def test_least_privilege_acl_user_runs_everything_and_is_refused_the_rest(
         cli("locks", check=0)
         cli("pause", "acl", check=0)
         cli("resume", "acl", check=0)
-        cli("pause", "--queue", "default", check=0)
+        cli("pause", "--queue", "default", "--create", check=0)
         cli("resume", "--queue", "default", check=0)
         assert "rsched_" in cli("metrics", check=0).stdout
         # Run loops try INFO/CONFIG once at start for doctor's startup warnings and say
