@@ -15,7 +15,7 @@ _rsched_options() {
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version -h --help' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched cancel') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched cancel') echo '--queue --all --type --state --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched completion') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched crons') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched dead') echo '--queue --limit --format --json -v --verbose -q --quiet -h --help' ;;
@@ -54,7 +54,7 @@ _rsched_value_options() {
     'rsched') echo '--redis-url --namespace --config --format' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
-    'rsched cancel') echo '--queue --format' ;;
+    'rsched cancel') echo '--queue --type --state --format' ;;
     'rsched completion') echo '--format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
@@ -93,6 +93,7 @@ _rsched_choices() {
     'rsched add|--if-exists') echo 'keep replace error' ;;
     'rsched add|--format') echo 'table plain json' ;;
     'rsched bench|--format') echo 'table plain json' ;;
+    'rsched cancel|--state') echo 'scheduled due processing dead all' ;;
     'rsched cancel|--format') echo 'table plain json' ;;
     'rsched completion|--format') echo 'table plain json' ;;
     'rsched crons|--format') echo 'table plain json' ;;

@@ -72,7 +72,8 @@ def script_and_wait(
     return res, int(acked)
 
 
-# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6 ================
+# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6, cancel-batch-5
+# ==============================================================================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
 # partition's, for a partitioned queue).
@@ -246,6 +247,19 @@ def requeue_stale(
         [limit, "1" if dry_run else "0", maxlen, queue, default_max],
     )
     return int(rq), int(rd), bool(int(more))
+
+
+def cancel_batch(
+    c: Ctx, q: QueueKeys, members: Sequence[str], state: str, maxlen: int, queue: str, by: str
+) -> tuple[int, int]:
+    """``cancel-batch-5``: cancel those of ``members`` in ``state`` ("" any), each as
+    :func:`cancel` does; (cancelled, of which processing)."""
+    n, running = c.scripts(
+        "cancel-batch-5",
+        [q.sched, q.proc, q.dead, q.tasks, q.history],
+        [maxlen, queue, q.cancel_channel, by, state, *members],
+    )
+    return int(n), int(running)
 
 
 # === end of queue =============================================================
