@@ -710,10 +710,7 @@ def history(app: App, name: str | None, queue: str | None, failed: bool, limit: 
             ("HOST", lambda r: r.get("host")),
             ("ATTEMPT", lambda r: r.get("attempt")),
             ("TOKEN", lambda r: r.get("token")),
-            (
-                "ERROR",
-                lambda r: (r.get("error") or "").splitlines()[-1][:60] if r.get("error") else None,
-            ),
+            ("ERROR", lambda r: hist.short_error(r.get("error"))),
         ],
         app.fmt,
         to_json=lambda r: r.to_json(),

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 from rsched.api import Rsched
+from rsched.tools import history
 from tests.integration.cron.test_cron import EVERY_SECOND, job, lines, spawn_runner, stop_all
+from tests.integration.tools.test_history import add
 from tests.support import Cli, wait_for
 
 
@@ -90,3 +92,32 @@ def test_forget_force_with_a_live_registration(cli: Cli, rs: Rsched) -> None:
     got = cli.json("forget", "gone", "--force")
     assert got == {"name": "gone", "forgotten": True, "keys": 2, "live_runners": 1}
     assert _ns_keys(rs) == []
+
+
+# --- history ----------------------------------------------------------------------------------
+def test_history_cuts_errors_with_an_ellipsis_and_json_has_cause(cli: Cli, rs: Rsched) -> None:
+    rs.redis.sadd(rs.keys.crons, "nightly")
+    key = rs.keys.cron("nightly").history
+    long_line = "E" * 80
+    base = dict(kind="cron", name="nightly", fire_ms=1000, result="failed", exit_code=1, token=1)
+    add(rs, key, finished_ms=2000, error="first line\n" + long_line + "\n", **base)
+    add(rs, key, finished_ms=3000, error="short", **base)
+    add(rs, key, finished_ms=4000, error="x" * 60, **base)
+    out = cli("history", "nightly", "--format", "plain", check=0).stdout
+    assert "\tshort\n" in out
+    cut = [w for w in out.split() if w.startswith("…E")]
+    assert cut == ["…" + "E" * 58 + "…"], out
+    assert "x" * 60 in out and "x" * 60 + "…" not in out  # it fits: not cut
+    recs = cli.json("history", "nightly")
+    assert [r["error"] for r in recs][2] == "first line\n" + long_line + "\n"  # JSON: as stored
+    assert all(r["cause"] is None and r["triggered_by"] is None for r in recs)
+    add(rs, key, finished_ms=5000, cause="manual", triggered_by="ops-1", **base)
+    assert cli.json("history", "nightly", "--limit", "1")[0]["cause"] == "manual"
+
+
+def test_short_error_unit() -> None:
+    assert history.short_error(None) is None
+    assert history.short_error("boom") == "boom"
+    assert history.short_error("a\nb\n") == "…b"
+    assert history.short_error("z" * 70, 10) == "z" * 9 + "…"
+    assert history.short_error("a\n" + "z" * 70, 10) == "…" + "z" * 8 + "…"
