@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 from rsched.api import Rsched
+from tests.clusters import Cluster, ClusterCli, ccli, cluster, needs_cluster
 from tests.integration.consumer.test_consumer import alive, script, start
 from tests.support import Cli, free_port, wait_for
+
+__all__ = ["ccli", "cluster"]  # fixtures, imported for pytest
 
 
 def _lines(task_type: str, n: int, *, queue: str = "default", **extra: object) -> str:
@@ -92,3 +95,20 @@ def test_cancel_all_stops_running_handlers(cli: Cli, rs: Rsched, tmp_path: Path)
     ]
     assert [t["id"] for t in cli.json("list")] == ["later"]
     wait_for(lambda: "cancelled job.long r1" in err.read_text(), timeout=10, what="log line")
+
+
+@needs_cluster
+def test_act_on_a_cluster(cluster: Cluster, ccli: ClusterCli) -> None:
+    """cancel --all over partitions spread on every primary; forget (its registry is in
+    another slot) and the unknown-name refusal."""
+    ccli("add", "--from", "-", "--partitions", "4", input=_lines("p", 30, queue="cq"))
+    assert ccli.json("cancel", "--all", "--type", "p", "--queue", "cq", "--dry-run") == {
+        "would_cancel": 30
+    }
+    assert ccli.json("cancel", "--all", "--type", "p", "--queue", "cq") == {"cancelled": 30}
+    assert ccli.json("list", "--queue", "cq") == []
+    ccli("pause", "c.old", check=3)
+    ccli("pause", "c.old", "--create")
+    got = ccli.json("forget", "c.old")
+    assert got["forgotten"] is True and got["keys"] == 2  # paused, state
+    ccli("forget", "c.old", check=3)
