@@ -24,6 +24,6 @@ if live > 0 and ARGV[1] ~= '1' then
 end
 local n = 0
 for i = 1, #KEYS do
-  n = n + redis.call('UNLINK', KEYS[i])
+  n = n + redis.call('DEL', KEYS[i])
 end
 return {'done', live, n}
