@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel completion crons dead demo doctor exec history list locks man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
+    'rsched') echo 'add bench cancel completion crons dead demo doctor exec forget history list locks man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -15,24 +15,25 @@ _rsched_options() {
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version -h --help' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched cancel') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched cancel') echo '--queue --all --type --state --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched completion') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched crons') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched dead') echo '--queue --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched doctor') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout -h --help' ;;
+    'rsched forget') echo '--force --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched locks') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched man') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched metrics') echo '-o --output --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched next') echo '--tz --dialect -n --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched pause') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched pause') echo '--queue --create --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched purge') echo '--dead --older-than --queue --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched queues') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched requeue-stale') echo '--queue --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched resume') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched resume') echo '--queue --create --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
     'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
@@ -53,13 +54,14 @@ _rsched_value_options() {
     'rsched') echo '--redis-url --namespace --config --format' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
-    'rsched cancel') echo '--queue --format' ;;
+    'rsched cancel') echo '--queue --type --state --format' ;;
     'rsched completion') echo '--format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --partitions --format' ;;
     'rsched doctor') echo '--format' ;;
     'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
+    'rsched forget') echo '--format' ;;
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
     'rsched locks') echo '--format' ;;
@@ -91,6 +93,7 @@ _rsched_choices() {
     'rsched add|--if-exists') echo 'keep replace error' ;;
     'rsched add|--format') echo 'table plain json' ;;
     'rsched bench|--format') echo 'table plain json' ;;
+    'rsched cancel|--state') echo 'scheduled due processing dead all' ;;
     'rsched cancel|--format') echo 'table plain json' ;;
     'rsched completion|--format') echo 'table plain json' ;;
     'rsched crons|--format') echo 'table plain json' ;;
@@ -100,6 +103,7 @@ _rsched_choices() {
     'rsched exec|--dialect') echo 'cron spring quartz' ;;
     'rsched exec|--if-locked') echo 'skip wait fail' ;;
     'rsched exec|--on-lock-lost') echo 'kill continue' ;;
+    'rsched forget|--format') echo 'table plain json' ;;
     'rsched history|--format') echo 'table plain json' ;;
     'rsched list|--state') echo 'scheduled due processing dead all' ;;
     'rsched list|--format') echo 'table plain json' ;;

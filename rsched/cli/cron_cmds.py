@@ -527,29 +527,31 @@ def _full(exc: RedisFull, name: str | None, queue: str | None, verb: str) -> Red
     return RedisFull(f"{exc}; {what} was not {verb} (run it again once Redis has room)")
 
 
-def _pause_resume(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
+def _pause_resume(
+    app: App, name: str | None, queue: str | None, pausing: bool, create: bool
+) -> None:
     verb = "pause" if pausing else "resume"
     if (name is None) == (queue is None):
         raise BadInput("NAME", f"give a cron NAME or --queue Q to {verb}")
     try:
-        _switch(app, name, queue, pausing)
+        _switch(app, name, queue, pausing, create)
     except RedisFull as exc:
         raise _full(exc, name, queue, verb + "d") from exc
 
 
-def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> None:
+def _switch(app: App, name: str | None, queue: str | None, pausing: bool, create: bool) -> None:
     rs = app.rs
     if queue is not None:
         from rsched.queue import ops as tasks
 
         if pausing:
-            known = tasks.pause(rs, queue)
+            known = tasks.pause(rs, queue, create=create)
             obj: dict[str, Any] = {"queue": queue, "paused": True, "known": known}
             note = f'queue "{queue}" paused' + (
                 "" if known else " (a new queue: no task was added to it yet)"
             )
         else:
-            was = tasks.resume(rs, queue)
+            was = tasks.resume(rs, queue, create=create)
             obj = {"queue": queue, "paused": False, "was_paused": was}
             note = f'queue "{queue}" resumed' if was else f'queue "{queue}" was not paused'
     else:
@@ -557,13 +559,13 @@ def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> Non
 
         assert name is not None
         if pausing:
-            known = cron.pause(rs, name)
+            known = cron.pause(rs, name, create=create)
             obj = {"name": name, "paused": True, "known": known}
             note = f'cron "{name}" paused: its ticks are recorded as skipped' + (
                 "" if known else " (no runner has registered it yet)"
             )
         else:
-            was = cron.resume(rs, name)
+            was = cron.resume(rs, name, create=create)
             obj = {"name": name, "paused": False, "was_paused": was}
             note = f'cron "{name}" resumed' if was else f'cron "{name}" was not paused'
     if app.json:
@@ -577,29 +579,71 @@ def _switch(app: App, name: str | None, queue: str | None, pausing: bool) -> Non
 @click.option(
     "--queue", metavar="Q", callback=queue_cb, help="Pause a queue's consumers instead of a cron."
 )
+@click.option(
+    "--create",
+    is_flag=True,
+    help="Pause a name rsched has never seen (a cron before its first runner starts, "
+    "a queue before its first task); without it that exits 3.",
+)
 @output_options
 @pass_app
-def pause(app: App, name: str | None, queue: str | None) -> None:
+def pause(app: App, name: str | None, queue: str | None, create: bool) -> None:
     """The emergency switch: a paused cron records its ticks as skipped; a paused queue is not consumed.
 
+    A cron no runner has registered, or a queue no task was added to, exits 3
+    (a typo, most likely) and nothing is written, unless --create.
     With --json: {"name": NAME, "paused": true, "known": BOOL} ("queue" instead of
     "name" with --queue; known: whether a runner registered the cron, or the queue existed).
     """
-    _pause_resume(app, name, queue, True)
+    _pause_resume(app, name, queue, True, create)
 
 
 @click.command("resume")
 @click.argument("name", required=False, callback=name_cb())
 @click.option("--queue", metavar="Q", callback=queue_cb, help="Resume a queue instead of a cron.")
+@click.option("--create", is_flag=True, help="Accept a name rsched has never seen (else exit 3).")
 @output_options
 @pass_app
-def resume(app: App, name: str | None, queue: str | None) -> None:
-    """Undo `rsched pause`.
+def resume(app: App, name: str | None, queue: str | None, create: bool) -> None:
+    """Undo `rsched pause`. A name rsched has never seen exits 3, unless --create.
 
     With --json: {"name": NAME, "paused": false, "was_paused": BOOL} ("queue" instead
     of "name" with --queue).
     """
-    _pause_resume(app, name, queue, False)
+    _pause_resume(app, name, queue, False, create)
+
+
+# --- forget ----------------------------------------------------------------------------------
+@click.command("forget")
+@click.argument("name", callback=name_cb())
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Forget it even while runners are registered live (runners killed less than 30s ago).",
+)
+@output_options
+@pass_app
+def forget(app: App, name: str, force: bool) -> None:
+    """Remove a retired cron's state: its history, ticks, pause, run lock, registration.
+
+    Exit 3 when rsched has nothing of NAME, 4 while a runner of it is live
+    (stop its runners first; --force forgets anyway). Atomic: a runner starting
+    at that moment is either refused with the rest or registers afresh.
+    With --json: {"name": NAME, "forgotten": true, "keys": N, "live_runners": N}.
+    """
+    from rsched.cron import admin as cron
+
+    try:
+        got = cron.forget(app.rs, name, force=force)
+    except RedisFull as exc:
+        raise RedisFull(f'{exc}; cron "{name}" was not forgotten') from exc
+    if app.json:
+        emit_json(got.to_json())
+    else:
+        app.info(
+            f'cron "{name}" forgotten ({got.keys} keys)'
+            + (f"; {got.live_runners} live runners were forgotten too" if got.live_runners else "")
+        )
 
 
 # --- history ---------------------------------------------------------------------------------
@@ -666,10 +710,7 @@ def history(app: App, name: str | None, queue: str | None, failed: bool, limit: 
             ("HOST", lambda r: r.get("host")),
             ("ATTEMPT", lambda r: r.get("attempt")),
             ("TOKEN", lambda r: r.get("token")),
-            (
-                "ERROR",
-                lambda r: (r.get("error") or "").splitlines()[-1][:60] if r.get("error") else None,
-            ),
+            ("ERROR", lambda r: hist.short_error(r.get("error"))),
         ],
         app.fmt,
         to_json=lambda r: r.to_json(),
@@ -685,6 +726,7 @@ __all__ = [
     "crons",
     "pause",
     "resume",
+    "forget",
     "history",
     "record",
 ]

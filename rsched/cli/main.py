@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "next": "rsched.cli.cron_cmds:next_cmd",
     "pause": "rsched.cli.cron_cmds:pause",
     "resume": "rsched.cli.cron_cmds:resume",
+    "forget": "rsched.cli.cron_cmds:forget",
     "history": "rsched.cli.cron_cmds:history",
     "server": "rsched.cli.ops_cmds:server",
     "doctor": "rsched.cli.ops_cmds:doctor",

@@ -302,22 +302,72 @@ def _add_from(
 
 
 @click.command()
-@click.argument("task_type", metavar="TYPE")
-@click.argument("task_id", metavar="ID")
+@click.argument("task_type", metavar="TYPE", required=False)
+@click.argument("task_id", metavar="ID", required=False)
 @queue_option
+@click.option(
+    "--all", "all_", is_flag=True, help="Cancel every task of --type (paged on the server)."
+)
+@click.option("--type", "all_type", metavar="T", help="With --all: the tasks' type (required).")
+@click.option(
+    "--state",
+    type=click.Choice(["scheduled", "due", "processing", "dead", "all"]),
+    default=None,
+    help="With --all: only tasks in this state [default: all].",
+)
+@click.option("--dry-run", "dry_run", is_flag=True, help="With --all: count, cancel nothing.")
 @output_options
 @pass_app
-def cancel(app: App, task_type: str, task_id: str, queue: str) -> None:
+def cancel(
+    app: App,
+    task_type: str | None,
+    task_id: str | None,
+    queue: str,
+    all_: bool,
+    all_type: str | None,
+    state: str | None,
+    dry_run: bool,
+) -> None:
     """Remove a task in any state (exit 3 if there is none).
 
     A processing task's consumer is told at once: it stops the handler (a
     command's process group gets SIGTERM, then SIGKILL after the consumer's
     --grace, at most 10s; a Python handler sees task.cancelled), its result
     does not count, and the run is recorded `cancelled` in the history.
+
+    \b
+      rsched cancel --all --type order.close [--queue Q] [--state due] [--dry-run]
+
+    --all cancels every task of one type (every partition of the queue), each as
+    one cancel does, read and cancelled 500 at a time on the server (never the
+    whole queue at once). With --json: {"cancelled": N} ({"would_cancel": N} with
+    --dry-run).
     """
     from rsched.queue import ops as tasks
-    from rsched.queue.specs import task_ref
+    from rsched.queue.specs import task_query, task_ref
 
+    if all_:
+        if task_type is not None or task_id is not None:
+            raise BadInput("--all", "takes no TYPE ID: give the type as --type T")
+        if all_type is None:
+            raise BadInput("--type", "is required with --all (cancel every task of one type)")
+        task_query(queue, state=state or "all", task_type=all_type)  # refusals before connecting
+        n = tasks.cancel_all(app.rs, all_type, queue, state=state or "all", dry_run=dry_run)
+        key = "would_cancel" if dry_run else "cancelled"
+        if app.fmt == "json":
+            render.emit_json({key: n})
+        else:
+            click.echo(
+                f"{'would cancel' if dry_run else 'cancelled'} {n} task{'' if n == 1 else 's'} "
+                f"of type {all_type} in queue {queue}"
+                + (f" in state {state}" if state and state != "all" else "")
+            )
+        return
+    for flag, given in (("--type", all_type), ("--state", state), ("--dry-run", dry_run or None)):
+        if given is not None:
+            raise BadInput(flag, "goes with --all (one task: rsched cancel TYPE ID)")
+    if task_type is None or task_id is None:
+        raise BadInput("TYPE", "give the task's TYPE and ID (or --all --type T)")
     was = tasks.cancel_ref(app.rs, task_ref(task_type, task_id, queue))
     if app.fmt == "json":
         render.emit_json(

@@ -72,7 +72,8 @@ def script_and_wait(
     return res, int(acked)
 
 
-# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6 ================
+# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6, cancel-batch-5
+# ==============================================================================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
 # partition's, for a partitioned queue).
@@ -248,6 +249,19 @@ def requeue_stale(
     return int(rq), int(rd), bool(int(more))
 
 
+def cancel_batch(
+    c: Ctx, q: QueueKeys, members: Sequence[str], state: str, maxlen: int, queue: str, by: str
+) -> tuple[int, int]:
+    """``cancel-batch-5``: cancel those of ``members`` in ``state`` ("" any), each as
+    :func:`cancel` does; (cancelled, of which processing)."""
+    n, running = c.scripts(
+        "cancel-batch-5",
+        [q.sched, q.proc, q.dead, q.tasks, q.history],
+        [maxlen, queue, q.cancel_channel, by, state, *members],
+    )
+    return int(n), int(running)
+
+
 # === end of queue =============================================================
 
 
@@ -410,7 +424,7 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 
 # === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
-#     cron-pause-2, cron-shard-7 ===============================================
+#     cron-pause-2, cron-shard-7, cron-forget-9 ================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
 # on one connection and the reply says how many replicas acknowledged it.)
@@ -589,6 +603,27 @@ def _cron_json(record: Mapping[str, Any]) -> str:
     import json
 
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CronForgetReply:
+    """What ``cron-forget-9`` answers: whether it was refused (live runners and no
+    force: nothing deleted), the live runners, and the keys deleted."""
+
+    refused: bool
+    live_runners: int
+    deleted: int
+
+
+def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
+    """``cron-forget-9``: delete every key of the cron, in one step, unless a runner
+    is live (``force``: even then)."""
+    res = ctx.scripts(
+        "cron-forget-9",
+        [k.ticks, k.state, k.runners, k.run_lock, k.wake, k.fence, k.paused, k.history, k.stats],
+        ["1" if force else "0"],
+    )
+    return CronForgetReply(str(res[0]) == "live", int(res[1]), int(res[2]))
 
 
 # === end of cron ==============================================================

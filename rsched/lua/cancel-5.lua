@@ -13,32 +13,8 @@
 -- or false if absent.
 --@include _now.lua
 --@include _record.lua
+--@include _cancel.lua
 
-local m = ARGV[1]
 local now = now_ms()
-local state = false
-local s = redis.call('ZSCORE', KEYS[1], m)
-if s then
-  state = (tonumber(s) <= now) and 'due' or 'scheduled'
-elseif redis.call('ZSCORE', KEYS[2], m) then
-  state = 'processing'
-elseif redis.call('ZSCORE', KEYS[3], m) then
-  state = 'dead'
-end
-local raw = redis.call('HGET', KEYS[4], m)
-redis.call('ZREM', KEYS[1], m)
-redis.call('ZREM', KEYS[2], m)
-redis.call('ZREM', KEYS[3], m)
-local had = redis.call('HDEL', KEYS[4], m)
-if not state and had == 1 then state = 'orphan' end
-if state == 'processing' and raw then
-  local r = rec_decode(raw)
-  local t, id = string.match(m, '^(%S+) (.*)$')
-  history(KEYS[5], ARGV[2], {kind = 'task', queue = ARGV[3], type = t, id = id,
-    fire_ms = r[P_DUE] or now, finished_ms = now, result = 'cancelled', attempt = r[P_ATTEMPTS],
-    token = r[P_TOKEN], error = 'cancelled while running, by ' .. ARGV[5]})
-  -- pcall: a user without PUBLISH still cancels; the handler then stops at its
-  -- consumer's next heartbeat (the task is gone: the lease is lost)
-  if r[P_TOKEN] ~= '' then redis.pcall('PUBLISH', ARGV[4], r[P_TOKEN]) end
-end
-return state
+return cancel_task(KEYS, ARGV[1], task_state(KEYS, ARGV[1], now), now, ARGV[2], ARGV[3],
+  ARGV[4], ARGV[5])

@@ -605,9 +605,13 @@ def dead_tasks(rs: Context, queue: str | None = None, limit: int = 100) -> list[
     return out[:limit]
 
 
-def pause(rs: Context, queue: str) -> bool:
-    """Pause ``queue``'s consumers; returns whether the queue was known before."""
+def pause(rs: Context, queue: str, *, create: bool = True) -> bool:
+    """Pause ``queue``'s consumers; returns whether the queue was known before.
+    ``create=False``: a queue that is not in the registry (no task was ever added
+    to it) is refused (NotFound) and nothing is written."""
     validate.queue(queue)
+    if not create:
+        _check_known(rs, queue, "paused")
     pipe = rs.redis.pipeline(transaction=False)
     pipe.sadd(rs.keys.queues, queue)
     for name in P.names(rs, queue):
@@ -615,9 +619,12 @@ def pause(rs: Context, queue: str) -> bool:
     return not int(_exec(pipe)[0])
 
 
-def resume(rs: Context, queue: str) -> bool:
-    """Resume ``queue``; returns whether it was paused."""
+def resume(rs: Context, queue: str, *, create: bool = True) -> bool:
+    """Resume ``queue``; returns whether it was paused. ``create=False``: an unknown
+    queue is refused (NotFound)."""
     validate.queue(queue)
+    if not create:
+        _check_known(rs, queue, "resumed")
     was = False
     for name in P.names(rs, queue):
         q = rs.keys.queue(name)
@@ -626,3 +633,77 @@ def resume(rs: Context, queue: str) -> bool:
         pipe.zadd(q.wake, {"w": 0})
         was = bool(int(_exec(pipe)[0])) or was
     return was
+
+
+def _check_known(rs: Context, queue: str, verb: str) -> None:
+    """NotFound unless ``queue`` is in the queue registry."""
+    if not int(rs.redis.execute_command("SISMEMBER", rs.keys.queues, queue)):
+        raise NotFound(
+            f'no queue "{queue}": no task was ever added to it; nothing was {verb} '
+            f"(--create {verb[:-1]}s it anyway)"
+        )
+
+
+#: Members per ZSCAN page and per ``cancel-batch-5`` call of :func:`cancel_all`.
+CANCEL_PAGE = 500
+
+
+def cancel_all(
+    rs: Context,
+    task_type: str,
+    queue: str = "default",
+    *,
+    state: str = "all",
+    dry_run: bool = False,
+) -> int:
+    """Cancel every task of ``task_type`` in ``queue`` (every partition) in
+    ``state`` ("all": any), each as :func:`cancel` does (a running one's handler
+    is stopped); returns how many (``dry_run``: how many would be, nothing written).
+
+    Paged on the server: each of the queue's sets is read with ``ZSCAN MATCH "TYPE *"``,
+    :data:`CANCEL_PAGE` members at a time, and each page cancelled by one
+    ``cancel-batch-5`` call, which checks each task's state by the server's clock.
+    A dry run counts the same pages, by the server's clock at its start (ZSCAN may
+    return a member twice while Redis resizes a large set: a dry run then counts it
+    twice; a real run cancels it once)."""
+    query = task_query(queue, state=state, task_type=task_type, limit=1)
+    if query.type is None:
+        raise BadInput("--type", "is required with --all (cancel every task of one type)")
+    ident = rs.identity()
+    by = f"{ident['host']} pid {ident['pid']}"
+    want = "" if query.state == "all" else query.state
+    match = f"{query.type} *"
+    total = 0
+    for stored in P.names(rs, query.queue):
+        q = rs.keys.queue(stored)
+        now = rs.now_ms() if dry_run else 0
+        sets = {
+            "": [q.sched, q.proc, q.dead],
+            "scheduled": [q.sched],
+            "due": [q.sched],
+            "processing": [q.proc],
+            "dead": [q.dead],
+        }[want]
+        for key in sets:
+            cursor: Any = 0
+            while True:
+                cursor, rows = rs.redis.zscan(key, cursor, match=match, count=CANCEL_PAGE)
+                if dry_run:
+                    total += sum(1 for _m, sc in rows if _in_state(key, q, sc, want, now))
+                elif rows:
+                    members = [m for m, _sc in rows]
+                    for i in range(0, len(members), CANCEL_PAGE):
+                        n, _running = calls.cancel_batch(
+                            rs, q, members[i : i + CANCEL_PAGE], want, rs.history_maxlen, stored, by
+                        )
+                        total += n
+                if not int(cursor):
+                    break
+    return total
+
+
+def _in_state(key: str, q: K.QueueKeys, score: float, want: str, now: int) -> bool:
+    """Whether a member of ``key`` with ``score`` is in state ``want`` ("" any)."""
+    if want in ("scheduled", "due") and key == q.sched:
+        return (score <= now) == (want == "due")
+    return True

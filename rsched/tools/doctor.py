@@ -70,6 +70,7 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("zrange", ("ZRANGE", "K", "0", "0")),
     ("zrangebyscore", ("ZRANGEBYSCORE", "K", "-inf", "+inf")),
     ("zremrangebyscore", ("ZREMRANGEBYSCORE", "K", "-inf", "-inf")),
+    ("zscan", ("ZSCAN", "K", "0", "COUNT", "1")),  # `rsched cancel --all` reads a queue in pages
     ("hget", ("HGET", "K", "f")),
     ("hmget", ("HMGET", "K", "f")),
     ("hgetall", ("HGETALL", "K")),
@@ -81,6 +82,7 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("lpush", ("LPUSH", "K", "1")),  # a lock's release wakes a waiter
     ("blpop", ("BLPOP", "K", "0.01")),  # a waiter for a lock (exec --if-locked wait)
     ("sadd", ("SADD", "K", "m")),
+    ("srem", ("SREM", "K", "m")),  # `rsched forget` takes a cron off the registry
     ("sismember", ("SISMEMBER", "K", "m")),
     ("smembers", ("SMEMBERS", "K")),
     ("xadd", ("XADD", "K", "*", "f", "v")),

@@ -6,7 +6,8 @@ each entry's field ``j`` holds one JSON object:
 
     kind (cron|exec|task), name, queue, type, id, fire_ms, started_ms,
     finished_ms, duration_ms, result (ok|failed|timeout|lost|skipped|missed|cancelled),
-    exit_code, host, pid, attempt, token, error (stderr tail on failure)
+    exit_code, host, pid, attempt, token, error (stderr tail on failure),
+    cause (absent for a scheduled tick; "manual", "after NAME"), triggered_by
 
 Reading is newest first, paged with XREVRANGE (never the whole stream).
 """
@@ -75,11 +76,28 @@ class Record:
             "attempt": d.get("attempt"),
             "token": d.get("token"),
             "error": d.get("error") or None,
+            "cause": d.get("cause") or None,
+            "triggered_by": d.get("triggered_by") or None,
         }
         for extra in ("shard", "shard_total"):
             if extra in d:
                 out[extra] = d[extra]
         return out
+
+
+def short_error(text: str | None, width: int = 60) -> str | None:
+    """A record's error for a table cell: its last line (the end of a stderr tail
+    says most), at most ``width`` characters, with an ellipsis (…) where it was cut:
+    in front when earlier lines were left out, at the end when the line was."""
+    if not text:
+        return None
+    lines = [ln for ln in text.splitlines() if ln.strip()] or [text]
+    last = lines[-1].strip()
+    head = "…" if len(lines) > 1 else ""
+    room = width - len(head)
+    if len(last) > room:
+        last = last[: room - 1] + "…"
+    return head + last
 
 
 def _parse(entry_id: str, fields: dict[str, str]) -> Record:

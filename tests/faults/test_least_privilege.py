@@ -162,8 +162,11 @@ def test_least_privilege_acl_user_runs_everything_and_is_refused_the_rest(
         cli("locks", check=0)
         cli("pause", "acl", check=0)
         cli("resume", "acl", check=0)
-        cli("pause", "--queue", "default", check=0)
+        cli("pause", "--queue", "default", "--create", check=0)
         cli("resume", "--queue", "default", check=0)
+        cli("cancel", "--all", "--type", "t.acl", "--dry-run", check=0)
+        cli("cancel", "--all", "--type", "t.acl", check=0)
+        cli("forget", "acl", check=0)
         assert "rsched_" in cli("metrics", check=0).stdout
         # Run loops try INFO/CONFIG once at start for doctor's startup warnings and say
         # "could not verify" when refused; every other denial means ACL_COMMANDS is short.

@@ -167,7 +167,10 @@ def test_one_shot_commands_exit_69_and_say_what_was_not_written(
         assert "the command was not run" in res.stderr, res.stderr
         assert not marker.exists()
 
-        for args, what in ((["pause", "full.c"], "cron"), (["pause", "--queue", "q"], "queue")):
+        for args, what in (
+            (["pause", "full.c", "--create"], "cron"),
+            (["pause", "--queue", "q", "--create"], "queue"),
+        ):
             res = c(*args)
             assert res.returncode == 69, res.stderr
             assert f"{what} " in res.stderr and "was not paused" in res.stderr, res.stderr

@@ -65,7 +65,7 @@ def test_cluster_is_detected_and_every_task_operation_works(
     assert shown["state"] == "scheduled"
     ccli("cancel", "job", "q5-2", "--queue", "q5")
     ccli("show", "job", "q5-2", "--queue", "q5", check=3)
-    ccli("pause", "q1")
+    ccli("pause", "q1", "--create")
     ccli("resume", "q1")
     ccli("requeue-stale")
     ccli("retry", "--all")

@@ -206,7 +206,7 @@ def test_never_firing_names_the_field(cli: Cli) -> None:
 # --- pause ------------------------------------------------------------------------------------
 def test_paused_cron_fires_nothing_and_records_skipped(cli: Cli, tmp_path: Path) -> None:
     log = tmp_path / "fires"
-    cli("pause", "nightly", check=0)
+    cli("pause", "nightly", "--create", check=0)
     p = spawn_runner(cli, tmp_path, "nightly", EVERY_SECOND, job(log))
 
     def skipped() -> list[dict[str, Any]]:
@@ -229,7 +229,7 @@ def test_paused_cron_fires_nothing_and_records_skipped(cli: Cli, tmp_path: Path)
 
 
 def test_pause_queue_passes_through(cli: Cli, rs: Rsched) -> None:
-    cli("pause", "--queue", "emails", check=0)
+    cli("pause", "--queue", "emails", "--create", check=0)
     assert rs.redis.exists(rs.keys.queue("emails").paused)
     cli("resume", "--queue", "emails", check=0)
     assert not rs.redis.exists(rs.keys.queue("emails").paused)

@@ -223,7 +223,9 @@ def test_quiet_silences_the_nothing_to_show_notes(cli: Cli, args: list[str], not
 
 
 def test_pause_and_resume_json(cli: Cli, rs: Rsched) -> None:
-    res = cli("pause", "zz", "--json", check=0)  # --json after the command, as scripts write it
+    res = cli(
+        "pause", "zz", "--create", "--json", check=0
+    )  # --json after the command, as scripts write it
     assert json.loads(res.stdout) == {"name": "zz", "paused": True, "known": False}
     assert res.stderr == ""
     assert json.loads(cli("--json", "resume", "zz", check=0).stdout) == {
@@ -233,7 +235,7 @@ def test_pause_and_resume_json(cli: Cli, rs: Rsched) -> None:
     }
     res = cli("resume", "zz", "--format", "json", check=0)
     assert json.loads(res.stdout)["was_paused"] is False
-    assert json.loads(cli("pause", "--queue", "mail", "--json", check=0).stdout) == {
+    assert json.loads(cli("pause", "--queue", "mail", "--create", "--json", check=0).stdout) == {
         "queue": "mail",
         "paused": True,
         "known": False,

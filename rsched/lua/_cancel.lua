@@ -1,0 +1,39 @@
+-- fragment: cancel one task (cancel-5, cancel-batch-5). Needs _now.lua and _record.lua.
+-- k: {sched, proc, dead, tasks, history} (KEYS of both scripts, in that order).
+
+-- The state member `m` is in ("scheduled"|"due"|"processing"|"dead"), or false.
+local function task_state(k, m, now)
+  local s = redis.call('ZSCORE', k[1], m)
+  if s then
+    return (tonumber(s) <= now) and 'due' or 'scheduled'
+  elseif redis.call('ZSCORE', k[2], m) then
+    return 'processing'
+  elseif redis.call('ZSCORE', k[3], m) then
+    return 'dead'
+  end
+  return false
+end
+
+-- Remove `m` (in `state`, from task_state) in any state. A processing task's run is
+-- recorded `cancelled` and its claim token published on `channel`, so that the
+-- consumer running it stops its handler. Returns the state, "orphan" (a record
+-- in no set) or false (absent).
+local function cancel_task(k, m, state, now, maxlen, queue, channel, by)
+  local raw = redis.call('HGET', k[4], m)
+  redis.call('ZREM', k[1], m)
+  redis.call('ZREM', k[2], m)
+  redis.call('ZREM', k[3], m)
+  local had = redis.call('HDEL', k[4], m)
+  if not state and had == 1 then state = 'orphan' end
+  if state == 'processing' and raw then
+    local r = rec_decode(raw)
+    local t, id = string.match(m, '^(%S+) (.*)$')
+    history(k[5], maxlen, {kind = 'task', queue = queue, type = t, id = id,
+      fire_ms = r[P_DUE] or now, finished_ms = now, result = 'cancelled', attempt = r[P_ATTEMPTS],
+      token = r[P_TOKEN], error = 'cancelled while running, by ' .. by})
+    -- pcall: a user without PUBLISH still cancels; the handler then stops at its
+    -- consumer's next heartbeat (the task is gone: the lease is lost)
+    if r[P_TOKEN] ~= '' then redis.pcall('PUBLISH', channel, r[P_TOKEN]) end
+  end
+  return state
+end
