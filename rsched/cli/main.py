@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "pause": "rsched.cli.cron_cmds:pause",
     "resume": "rsched.cli.cron_cmds:resume",
     "history": "rsched.cli.cron_cmds:history",
+    "logs": "rsched.cli.logs_cmd:logs",
     "server": "rsched.cli.ops_cmds:server",
     "doctor": "rsched.cli.ops_cmds:doctor",
     "metrics": "rsched.cli.ops_cmds:metrics",
