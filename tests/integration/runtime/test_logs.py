@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.support import Cli, wait_for
+from tests.support import RSCHED, Cli, wait_for
 
 
 def test_exec_output_kept_on_success_and_passed_through(cli: Cli) -> None:
@@ -112,3 +112,54 @@ def test_follow_streams_a_running_exec_from_another_process(cli: Cli, tmp_path: 
     finally:
         p.wait(timeout=20)
     assert cli.json("logs", "lg5")[0]["stdout"] == "first\nsecond\n"
+
+
+def test_text_on_a_terminal_escapes_control_characters(cli: Cli) -> None:
+    import os
+    import pty
+
+    cli("exec", "--lock", "lg6", "--", "printf", "a\\033]0;x\\007b\\n", check=0)
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.run(
+            [*RSCHED, "logs", "lg6"],
+            stdout=slave,
+            stderr=subprocess.PIPE,
+            env=cli.env(),
+            timeout=60,
+        )
+        os.close(slave)
+        slave = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    assert p.returncode == 0, p.stderr
+    assert b"\x1b" not in out and b"a\\x1b]0;x\\x07b" in out
+
+
+def test_follow_streams_a_running_task_handler(cli: Cli, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    cli("add", "lg.f", "7", check=0)
+    handler = f"lg.f=sh -c 'echo started; while [ ! -e {go} ]; do sleep 0.05; done; echo done'"
+    c = cli.spawn("run", "consumer", "--burst", "--handler", handler)
+    try:
+        wait_for(lambda: cli.json("list", "--state", "processing"), timeout=20)
+        f = cli.spawn("logs", "--queue", "default", "lg.f", "7", "--follow")
+        assert f.stdout is not None
+        assert f.stdout.readline() == "started\n"
+        go.write_text("")
+        assert f.stdout.readline() == "done\n"
+        assert f.wait(timeout=20) == 0
+    finally:
+        go.write_text("")
+        c.wait(timeout=30)
