@@ -61,9 +61,7 @@ def logs(
     rs = app.rs
     tty = sys.stdout.isatty()
     if follow:
-        found = tl.running(rs, name, queue=queue, task=task)
-        if token is not None and (found is None or found[1] != token):
-            found = None
+        found = tl.running(rs, name, queue=queue, task=task, token=token)
         if found is not None:
             keys, tok = found
 
@@ -73,7 +71,7 @@ def logs(
                 out.flush()
 
             def alive() -> bool:
-                now = tl.running(rs, name, queue=queue, task=task)
+                now = tl.running(rs, name, queue=queue, task=task, token=tok)
                 return now is not None and now[1] == tok
 
             tl.follow(rs, keys, tok, write, alive)

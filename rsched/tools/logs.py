@@ -92,31 +92,46 @@ def runs(
 
 
 def running(
-    rs: Rsched, name: str | None, *, queue: str | None = None, task: tuple[str, str] | None = None
+    rs: Rsched,
+    name: str | None,
+    *,
+    queue: str | None = None,
+    task: tuple[str, str] | None = None,
+    token: str | None = None,
 ) -> tuple[Any, str] | None:
-    """(keys, token) of the run in progress (cron, exec lock, or task), or None."""
+    """(keys, token) of the run in progress (cron, exec lock, or task), or None:
+    the holder of the run lock (a task: of the lease); with ``token``, that run
+    if it holds the lock or its live stream is open (a cron with ``--concurrency
+    allow`` holds no lock)."""
+    cands: list[tuple[Any, str | None]] = []
     if task is not None:
         assert queue is not None
         validate.queue(queue)
         m = member(*task)
         for p in partitions.names(rs, queue):
             qk = rs.keys.queue(p)
-            if rs.redis.zscore(qk.proc, m) is None:
-                continue
-            raw = rs.redis.hget(qk.tasks, m)
-            try:
-                rec = json.loads(raw) if raw else []
-            except ValueError:
-                rec = []
-            if len(rec) > 3 and rec[3]:
-                return qk, str(rec[3])
-        return None
-    assert name is not None
-    for k, lock in ((rs.keys.cron(name), rs.keys.cron(name).run_lock),
-                    (rs.keys.lock(name), rs.keys.lock(name).lock)):  # fmt: skip
-        tok = rs.redis.hget(lock, "token")
-        if tok:
-            return k, str(tok)
+            tok = None
+            if rs.redis.zscore(qk.proc, m) is not None:
+                raw = rs.redis.hget(qk.tasks, m)
+                try:
+                    rec = json.loads(raw) if raw else []
+                except ValueError:
+                    rec = []
+                tok = str(rec[3]) if len(rec) > 3 and rec[3] else None
+            cands.append((qk, tok))
+    else:
+        assert name is not None
+        ck, lk = rs.keys.cron(name), rs.keys.lock(name)
+        for k, lock in ((ck, ck.run_lock), (lk, lk.lock)):
+            tok = rs.redis.hget(lock, "token")
+            cands.append((k, str(tok) if tok else None))
+    for k, tok in cands:
+        if tok is not None and (token is None or tok == token):
+            return k, tok
+    if token is not None:
+        for k, _ in cands:
+            if rs.redis.exists(k.live(token)) and not rs.redis.hexists(k.logs, token):
+                return k, token
     return None
 
 
