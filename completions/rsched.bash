@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel completion crons dead demo doctor exec forget history list locks man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
+    'rsched') echo 'add bench cancel completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -26,6 +26,7 @@ _rsched_options() {
     'rsched history') echo '--queue --failed --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched locks') echo '--format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched logs') echo '--queue --run -f --follow --all --format --json -h --help' ;;
     'rsched man') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched metrics') echo '-o --output --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched next') echo '--tz --dialect -n --format --json -v --verbose -q --quiet -h --help' ;;
@@ -65,6 +66,7 @@ _rsched_value_options() {
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
     'rsched locks') echo '--format' ;;
+    'rsched logs') echo '--queue --run --format' ;;
     'rsched man') echo '--install --format' ;;
     'rsched metrics') echo '-o --output --format' ;;
     'rsched next') echo '--tz --dialect -n --format' ;;
@@ -108,6 +110,7 @@ _rsched_choices() {
     'rsched list|--state') echo 'scheduled due processing dead all' ;;
     'rsched list|--format') echo 'table plain json' ;;
     'rsched locks|--format') echo 'table plain json' ;;
+    'rsched logs|--format') echo 'table plain json' ;;
     'rsched man|--format') echo 'table plain json' ;;
     'rsched metrics|--format') echo 'table plain json' ;;
     'rsched next|--dialect') echo 'cron spring quartz' ;;

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "resume": "rsched.cli.cron_cmds:resume",
     "forget": "rsched.cli.cron_cmds:forget",
     "history": "rsched.cli.cron_cmds:history",
+    "logs": "rsched.cli.logs_cmd:logs",
     "server": "rsched.cli.ops_cmds:server",
     "doctor": "rsched.cli.ops_cmds:doctor",
     "metrics": "rsched.cli.ops_cmds:metrics",

@@ -32,7 +32,10 @@ The types each consumer runs are registered beside it (``handles``), so
 ``rsched queues`` shows the due tasks no live consumer can run.
 
 A command runs through :mod:`rsched.runtime.handlers` (the one runner every
-loop uses): :func:`command_for` builds its argv, environment and stdin.
+loop uses): :func:`command_for` builds its argv, environment and stdin. Its
+stdout and stderr tails are the run's log, written by ``log-put-3`` in one
+pipeline per settled batch right after ``ack-4``/``fail-7``; a run that wrote
+nothing keeps none (and costs no round trip).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from rsched.core.keys import logical_queue
 from rsched.core.keys import member as make_member
 from rsched.core.timeutil import iso
 from rsched.runtime.handlers import Command
-from rsched.runtime.proc import split_command
+from rsched.runtime.proc import DEFAULT_CAPTURE_BYTES, split_command
 
 # --------------------------------------------------------------------------- tasks
 
@@ -323,9 +326,17 @@ def handler_table(handlers: Mapping[str, Any] | HandlerTable | None) -> HandlerT
     return table
 
 
-def command_for(task: Task, handler: CommandHandler, timeout_ms: int | None) -> Command:
+def command_for(
+    task: Task,
+    handler: CommandHandler,
+    timeout_ms: int | None,
+    *,
+    log_bytes: int = DEFAULT_CAPTURE_BYTES,
+    on_output: Callable[[str, bytes], None] | None = None,
+) -> Command:
     """How a command handler runs ``task``: the ID last in argv, ``RSCHED_*`` in the
-    environment, the payload JSON on stdin."""
+    environment, the payload JSON on stdin; its output kept (``log_bytes`` of each
+    stream, the run log) and told to ``on_output`` as it comes (the live log)."""
     return Command(
         handler.command(task.id),
         env={
@@ -339,4 +350,6 @@ def command_for(task: Task, handler: CommandHandler, timeout_ms: int | None) -> 
         },
         stdin=task.payload_json.encode("utf-8") + b"\n",
         timeout_s=timeout_ms / 1000.0 if timeout_ms else None,
+        log_bytes=log_bytes,
+        on_output=on_output,
     )

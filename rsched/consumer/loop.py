@@ -163,6 +163,7 @@ class _Held:
         "exit_code",
         "error",
         "duration_ms",
+        "outcome",
     )
 
     def __init__(
@@ -179,6 +180,8 @@ class _Held:
         self.exit_code: int | None = None
         self.error: str = ""
         self.duration_ms = 0
+        #: a command's Outcome (its run log), None for a Python handler
+        self.outcome: run_handlers.Outcome | None = None
 
     def kill(self, reason: str) -> None:
         self.cancelled = reason
@@ -611,11 +614,21 @@ class Consumer:
             self._py_avg_s = self._py_avg_s * 0.9 + done.duration_s * 0.1
             return
         opts = self._by_name[task.queue].opts
-        run = h.run = run_handlers.HandlerRun(command_for(task, handler, opts.timeout_ms))
+        live = run_handlers.live_log(self.rs, self._by_name[task.queue].keys.live(task.token))
+        cmd = command_for(
+            task,
+            handler,
+            opts.timeout_ms,
+            log_bytes=run_handlers.log_max_bytes(self.rs),
+            on_output=live,
+        )
+        run = h.run = run_handlers.HandlerRun(cmd)
         run.start()
         if h.cancelled:  # lost / shut down while starting
             h.kill(h.cancelled)
         res = run.wait()
+        live.close()
+        h.outcome = res
         h.duration_ms = res.duration_ms
         h.exit_code = res.exit_code
         h.result = res.result
@@ -932,6 +945,7 @@ class Consumer:
     def _ack(self, qs: _QueueState, hs: list[_Held]) -> None:
         runs = [(h.task.member, h.task.token, self._history(h, "ok", None)) for h in hs]
         res = calls.ack(self.rs, qs.keys, self.rs.history_maxlen, runs)
+        self._store_logs([h for h, ok in zip(hs, res, strict=True) if ok])
         debug = self.verbose and not self.quiet
         for h, ok in zip(hs, res, strict=True):
             self._forget(h)
@@ -949,6 +963,28 @@ class Consumer:
                     f"ack refused for {h.task.member} in {qs.name} (token {h.task.token}): "
                     "its lease expired and it was reaped or claimed again; this run does not count",
                 )
+
+    def _store_logs(self, hs: list[_Held]) -> None:
+        """The run logs of settled runs (log-put-3), one pipeline, right after their
+        records; runs that wrote nothing cost nothing. A failure loses only the logs."""
+        todo = [h for h in hs if h.outcome is not None and h.outcome.has_log]
+        if not todo:
+            return
+        try:
+            pipe = self.rs.redis.pipeline(transaction=False)
+            for h in todo:
+                assert h.outcome is not None
+                calls.log_put(
+                    self.rs,
+                    self._by_name[h.task.queue].keys,
+                    token=h.task.token,
+                    log=h.outcome.log_json(),
+                    history_maxlen=self.rs.history_maxlen,
+                    client=pipe,
+                )
+            pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - the records are written; logs are extra
+            self._log("error", f"could not keep {len(todo)} run log(s): {map_error(exc)}")
 
     def _fail(self, hs: list[_Held]) -> None:
         todo: list[tuple[_Held, int, dict[str, Any]]] = []
@@ -990,6 +1026,9 @@ class Consumer:
                 if isinstance(o, Exception):
                     raise map_error(o)
             outs = [calls.fail_reply(o) for o in replies]
+        self._store_logs(
+            [h for (h, _, _), out in zip(todo, outs, strict=True) if out[0] != "stale"]
+        )
         for (h, delay, _), out in zip(todo, outs, strict=True):
             self._forget(h)
             what = out[0]

@@ -77,7 +77,7 @@ QUEUE_KEYS = {
     "grace",
     "partitions",
 }
-TOP_KEYS = {"redis", "queues", "handlers", "cron"}
+TOP_KEYS = {"redis", "queues", "handlers", "cron", "logs"}
 
 
 def _replace_password(url: str, mask: str | None) -> str | None:
@@ -403,6 +403,8 @@ class Settings:
     #: After adds and lock acquisitions, WAIT for this many replicas (0: don't).
     wait_replicas: int = 0
     wait_replicas_timeout_ms: int = 1000
+    #: ``[logs] max_bytes``: bytes of each stream (stdout, stderr) a run log keeps.
+    log_max_bytes: int = 64 * 1024
     config_path: Path | None = None
     file: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -459,6 +461,59 @@ def _cluster_setting(env: str | None, value: Any, path: Path | None) -> bool | N
     raise ConfigError(f'{where}: {value!r} must be true, false or "auto"')
 
 
+#: ``[logs] max_bytes`` bounds, and the units a size takes (binary and decimal).
+LOG_MAX_BYTES_LIMIT = 16 * 1024 * 1024
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kib": 1024,
+    "kb": 1000,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "mb": 10**6,
+}
+
+
+def parse_size(value: Any, where: str) -> int:
+    """A byte count: an integer or a size (``64KiB``, ``1MiB``, ``4000B``, ``64kB``),
+    from 1 byte to 16 MiB; anything else is a :class:`ConfigError` naming ``where``."""
+    import re
+
+    rule = (
+        f"{where}: {value!r} is not a size; give bytes as an integer or a size like "
+        "64KiB, 1MiB or 4000B (1 byte to 16MiB)"
+    )
+    if isinstance(value, bool):
+        raise ConfigError(rule)
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
+        unit = m.group(2).lower() if m else ""
+        if not m or unit not in _SIZE_UNITS:
+            raise ConfigError(rule)
+        n = int(m.group(1)) * _SIZE_UNITS[unit]
+    else:
+        raise ConfigError(rule)
+    if not 1 <= n <= LOG_MAX_BYTES_LIMIT:
+        raise ConfigError(rule)
+    return n
+
+
+def _logs_table(data: dict[str, Any], path: Path | None) -> int:
+    """``[logs]``: ``max_bytes`` (the only key)."""
+    t = data.get("logs", {})
+    if not isinstance(t, dict):
+        raise ConfigError(f'config {path}: [logs] must be a table (max_bytes = "64KiB")')
+    unknown = sorted(set(t) - {"max_bytes"})
+    if unknown:
+        raise ConfigError(f"config {path}: logs.{unknown[0]} is not a setting (logs.max_bytes is)")
+    if "max_bytes" not in t:
+        return 64 * 1024
+    return parse_size(t["max_bytes"], f"config {path}: logs.max_bytes")
+
+
 def resolve(
     redis_url: str | None = None,
     namespace: str | None = None,
@@ -472,6 +527,7 @@ def resolve(
     data = load_file(path)
     r = data.get("redis", {})
     s = Settings(config_path=path, file=data)
+    s.log_max_bytes = _logs_table(data, path)
     if "sentinels" in r and "url" in r:
         raise ConfigError(
             f"config {path}: give redis.url or redis.sentinels, not both "

@@ -16,6 +16,11 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:lanes       HASH  type -> lane of its parked tasks ('#': lanes given out)
     {ns}:{q:QUEUE}:handles     HASH  consumer id -> JSON array of the type globs it runs
     {ns}:{q:QUEUE}:cancel      Pub/Sub channel: claim tokens of running tasks cancelled
+    {ns}:{q:QUEUE}:logs        HASH  claim token -> run log (JSON: stdout, stderr, truncated)
+    {ns}:{q:QUEUE}:logidx      ZSET  claim token -> when its log was written: trims `logs`
+                                     to the history's cap (oldest first; log-put-3)
+    {ns}:{q:QUEUE}:live:TOKEN  STREAM a running handler's output in chunks (capped,
+                                     expires; `rsched logs --follow`)
 
 A due task that a consumer cannot run (it has no handler for the type) is
 *parked*: it stays in ``sched``, due, with its score moved into its type's
@@ -34,12 +39,14 @@ read it again. :func:`due_of_score` turns a score back into the due time.
     {ns}:{c:NAME}:shards:FIRE  HASH  shard item -> runner id for one tick (expires)
     {ns}:{c:NAME}:history      STREAM execution records (capped)
     {ns}:{c:NAME}:stats        HASH  result -> count
+    {ns}:{c:NAME}:logs, logidx, live:TOKEN   run logs by fencing token (as a queue's)
 
     {ns}:{l:NAME}:lock         HASH  one lock's owner record, PEXPIRE (see lua/_lock.lua)
     {ns}:{l:NAME}:fence        STRING its fencing counter
     {ns}:{l:NAME}:wake         LIST  a release pushes one element; waiters BLPOP on it
     {ns}:{l:NAME}:ticks        ZSET  ticks claimed by `exec --once-per`
     {ns}:{l:NAME}:history      STREAM `exec` execution records
+    {ns}:{l:NAME}:logs, logidx, live:TOKEN   `exec` run logs by fencing token
 
     {ns}:queues, {ns}:crons, {ns}:locks  registries (SETs) of known names, for listings
     {ns}:queue-config          HASH  queue -> partition count (written on first use)
@@ -172,6 +179,20 @@ class QueueKeys:
         """HASH consumer id -> JSON array of the type globs the consumer runs."""
         return self._k("handles")
 
+    @property
+    def logs(self) -> str:
+        """HASH run token -> run log JSON (stdout, stderr, truncated)."""
+        return f"{self.prefix}:logs"
+
+    @property
+    def log_index(self) -> str:
+        """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
+        return f"{self.prefix}:logidx"
+
+    def live(self, token: object) -> str:
+        """STREAM of a running command's output chunks (``rsched logs --follow``)."""
+        return f"{self.prefix}:live:{token}"
+
 
 @dataclass(frozen=True)
 class CronKeys:
@@ -225,6 +246,20 @@ class CronKeys:
     def stats(self) -> str:
         return self._k("stats")
 
+    @property
+    def logs(self) -> str:
+        """HASH run token -> run log JSON (stdout, stderr, truncated)."""
+        return f"{self.prefix}:logs"
+
+    @property
+    def log_index(self) -> str:
+        """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
+        return f"{self.prefix}:logidx"
+
+    def live(self, token: object) -> str:
+        """STREAM of a running command's output chunks (``rsched logs --follow``)."""
+        return f"{self.prefix}:live:{token}"
+
 
 @dataclass(frozen=True)
 class LockKeys:
@@ -252,6 +287,25 @@ class LockKeys:
     def wake(self) -> str:
         """LIST: a release pushes one element (expiring); a waiter BLPOPs on it."""
         return f"{self.prefix}:wake"
+
+    @property
+    def logs(self) -> str:
+        """HASH run token -> run log JSON (stdout, stderr, truncated)."""
+        return f"{self.prefix}:logs"
+
+    @property
+    def log_index(self) -> str:
+        """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
+        return f"{self.prefix}:logidx"
+
+    def live(self, token: object) -> str:
+        """STREAM of a running command's output chunks (``rsched logs --follow``)."""
+        return f"{self.prefix}:live:{token}"
+
+
+def logs_of_history(history_key: str) -> str:
+    """The run-log HASH beside a cron's, lock's or queue's history stream (same hash tag)."""
+    return history_key[: -len("history")] + "logs"
 
 
 class Keys:

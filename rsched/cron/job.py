@@ -1,7 +1,9 @@
 """One run of a cron job: the child process, the run lock's watchdog (and, with
 ``--concurrency replace``, its blocking wait on the cron's wake key), what a
 lost lock does (``--on-lock-lost``), and the execution record written by
-``cron-finish-5``.
+``cron-finish-5``, then the run's log (its stdout and stderr tails) by
+``log-put-3`` beside it; while it runs its output also goes to the run's live
+stream (:class:`rsched.runtime.handlers.LiveLog`, ``rsched logs --follow``).
 
 The child is run by :mod:`rsched.runtime.handlers`, the one command runner
 of every loop (argv, environment, timeout, grace, group kill); a run cancelled
@@ -20,7 +22,15 @@ from rsched.core.timeutil import iso
 from rsched.core.transient import TRANSIENT
 from rsched.locks.watchdog import Watchdog, run_result
 from rsched.lua import calls
-from rsched.runtime.handlers import Command, HandlerRun, Outcome
+from rsched.runtime.handlers import (
+    Command,
+    HandlerRun,
+    LiveLog,
+    Outcome,
+    live_log,
+    log_max_bytes,
+    store_log,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
@@ -153,14 +163,18 @@ class JobRun:
         t0 = time.monotonic()
         self.started_ms += int((t0 - self._claimed) * 1000)  # after jitter, by the server's clock
         result: Outcome
+        live: LiveLog | None = None
         if self._cancel.is_set():  # cancelled during the jitter: never started
             result = Outcome(143, False, self.stop_reason, "", 0)
         else:
+            live = live_log(r.rs, r.k.live(self.token))
             cmd = Command(
                 s.command,
                 env,
                 timeout_s=s.timeout_ms / 1000 if s.timeout_ms else None,
                 grace_s=s.grace_s,
+                log_bytes=log_max_bytes(r.rs),
+                on_output=live,
             )
             # Kept before the start: a cancel from another thread meanwhile is
             # applied as soon as the child exists.
@@ -169,6 +183,8 @@ class JobRun:
                 result = Outcome(143, False, self.stop_reason, "", 0)
             else:
                 result = self.handler.start().wait()
+        if live is not None:
+            live.close()
         if dog is not None:
             # A blocking watchdog (replace) is woken by cron-finish-5, then joined.
             dog.stop(join=not self._wakes)
@@ -196,6 +212,7 @@ class JobRun:
             + f" in {rec['duration_ms']} ms"
         )
         self._finish(rec)
+        store_log(r.rs, r.k, self.token, result)
 
     def _finish(self, rec: dict[str, Any]) -> None:
         r = self.r

@@ -5,6 +5,10 @@ renewal); with ``--once-per`` at most once per tick of that schedule: the
 tick is the most recent one at or before the **server's** now, and it is
 claimed once ever, atomically with the lock, so hosts whose cron daemons fire
 late or early (by less than a tick) never run one tick twice.
+
+The command's stdout and stderr go to ours as always, and their tails are
+kept as the run's log (``log-put-3``, right after ``lock-release-3`` wrote the
+record), streamed while it runs to the run's live stream (``rsched logs --follow``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from rsched.locks.lock import (
 from rsched.locks.watchdog import Watchdog, run_result
 from rsched.lua import calls
 from rsched.runtime import proc
-from rsched.runtime.handlers import Command, HandlerRun
+from rsched.runtime.handlers import Command, HandlerRun, live_log, log_max_bytes, store_log
 from rsched.runtime.loop import stop_signals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -326,7 +330,17 @@ def _run_exec(
         if short:
             (warn or say)(f"rsched: warning: {short}; running the command anyway")
     timeout_s = timeout_ms / 1000 if timeout_ms else None
-    child = HandlerRun(Command(argv, env, timeout_s=timeout_s, grace_s=grace_s))
+    live = live_log(rs, k.live(token))
+    child = HandlerRun(
+        Command(
+            argv,
+            env,
+            timeout_s=timeout_s,
+            grace_s=grace_s,
+            log_bytes=log_max_bytes(rs),
+            on_output=live,
+        )
+    )
     sig.child = child
     child.start()  # before the watchdog, whose on_lost stops it
     lost = threading.Event()
@@ -351,6 +365,7 @@ def _run_exec(
         result = child.wait()
     finally:
         dog.stop()
+        live.close()
     outcome = run_result(lost.is_set(), result.timed_out, result.ok)
     rec: dict[str, Any] = {
         "kind": "exec",
@@ -367,7 +382,8 @@ def _run_exec(
     }
     if outcome != "ok":
         rec["error"] = result.describe()
-    _release_with_retry(rs, k, owner, rec, sig, warn or say)
+    if _release_with_retry(rs, k, owner, rec, sig, warn or say):
+        store_log(rs, k, token, result)
     note = result.stderr_tail if not result.started else ""  # could not even start it
     return ExecOutcome(
         "ran", sig.status(result.exit_code), result=outcome, token=token, fire_ms=fire_ms, note=note

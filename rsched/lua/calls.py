@@ -8,7 +8,7 @@ signature is that header in Python. Nothing outside ``rsched/lua`` calls
 ``Context.scripts`` (``tests/unit/test_layers.py`` checks it).
 
 Sections, one per domain (each kept in the order of the script names):
-queue, consumer, cron, locks, expired.
+queue, consumer, cron, locks, expired, logs.
 """
 
 from __future__ import annotations
@@ -826,3 +826,27 @@ def expired_fire(
 
 
 # === end of expired ===========================================================
+
+
+# === logs: log-put-3 ==========================================================
+# (The keys are any of :class:`rsched.core.keys.CronKeys`, ``LockKeys`` or
+# ``QueueKeys``: each has ``logs``, ``log_index`` and ``live(token)`` in the
+# hash slot of its history.)
+
+
+def log_put(
+    ctx: Ctx, k: Any, *, token: str, log: str, history_maxlen: int, client: Any = None
+) -> int | None:
+    """``log-put-3``: keep run ``token``'s log (JSON text) beside its history
+    record, trimmed to ``history_maxlen`` logs; end its live stream. The number
+    of older logs trimmed (-1: none kept); None when ``client`` is a pipeline."""
+    out = ctx.scripts(
+        "log-put-3",
+        [k.logs, k.log_index, k.live(token)],
+        [token, log, history_maxlen],
+        client=client,
+    )
+    return None if out is None else int(out)
+
+
+# === end of logs ==============================================================

@@ -24,6 +24,16 @@ result classified the one way every record uses: ``lost`` (the caller says so:
 its lease or lock went meanwhile) > ``timeout`` > ``ok`` (exit 0, not killed) >
 ``failed``, with :attr:`Outcome.error` the text for the history record.
 
+**Run logs.** Every command's stdout and stderr are kept (the last
+``Command.log_bytes`` of each, ``[logs] max_bytes``, 64 KiB by default) and still
+copied to the runner's own stdout/stderr; :attr:`Outcome.stdout`,
+:attr:`Outcome.stderr`, :attr:`Outcome.truncated`. :class:`LiveLog` (given as
+``Command.on_output``'s owner by :func:`live_log`) appends what the run writes,
+while it runs, to the run's live stream (chunks flushed every second or per
+16 KiB, capped), which ``rsched logs --follow`` reads from any host;
+:func:`store_log` writes the finished run's log next to its history record
+(``log-put-3``: same hash slot, trimmed with the history's cap).
+
 A **Python callable** (:func:`call`) cannot be killed: it gets its argument,
 returning is ok, raising is failed with the exception and the last lines of its
 traceback as the error.
@@ -40,9 +50,12 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rsched.runtime.proc import Child, ChildResult, child_env, describe
+from rsched.runtime.proc import DEFAULT_CAPTURE_BYTES, Child, ChildResult, child_env, describe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.context import Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,10 @@ class Command:
     stdin: bytes | None = None
     timeout_s: float | None = None
     grace_s: float = 5.0
+    #: bytes of each stream kept for the run log (0: stdout inherited, not kept)
+    log_bytes: int = DEFAULT_CAPTURE_BYTES
+    #: told every chunk of output as it is read: ("stdout" | "stderr", bytes)
+    on_output: Callable[[str, bytes], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +86,36 @@ class Outcome:
     duration_ms: int
     #: False when the program could not even be started (the tail says why)
     started: bool = True
+    #: the kept output (run log): the tail of each stream, and whether either was cut
+    stdout: bytes = b""
+    stderr: bytes = b""
+    truncated: bool = False
+    #: whether the output was captured (a run log exists for it)
+    captured: bool = False
 
     @classmethod
     def of(cls, res: ChildResult, started: bool = True) -> Outcome:
         return cls(
-            res.exit_code, res.timed_out, res.killed, res.stderr_tail, res.duration_ms, started
+            res.exit_code,
+            res.timed_out,
+            res.killed,
+            res.stderr_tail,
+            res.duration_ms,
+            started,
+            res.stdout,
+            res.stderr if started else res.stderr_tail.encode(),
+            res.truncated,
+            res.captured or not started,
         )
+
+    @property
+    def has_log(self) -> bool:
+        """Captured, and it wrote something: a run that wrote nothing keeps no log."""
+        return self.captured and bool(self.stdout or self.stderr)
+
+    def log_json(self) -> str:
+        """The run log as ``log-put-3`` stores it: ``{"stdout", "stderr", "truncated"}``."""
+        return log_json(self.stdout, self.stderr, self.truncated)
 
     @property
     def ok(self) -> bool:
@@ -125,7 +166,13 @@ class HandlerRun:
     def start(self) -> HandlerRun:
         cmd = self.command
         with self._lock:
-            self._child = Child(cmd.argv, env=child_env(cmd.env), stdin_data=cmd.stdin)
+            self._child = Child(
+                cmd.argv,
+                env=child_env(cmd.env),
+                stdin_data=cmd.stdin,
+                capture_bytes=cmd.log_bytes,
+                on_output=cmd.on_output,
+            )
             pending, self._pending = self._pending, None
         if pending is not None:
             how, reason, grace = pending
@@ -208,3 +255,146 @@ def call(
         error = f"{type(exc).__name__}: {exc}\n{tail}"
     dur = time.monotonic() - t0
     return CallOutcome(not error, error, int(dur * 1000), dur)
+
+
+# --------------------------------------------------------------------------- run logs
+
+#: The live stream's flush period and size, and its cap (entries).
+LIVE_FLUSH_S = 1.0
+LIVE_FLUSH_BYTES = 16 * 1024
+LIVE_MAXLEN = 256
+#: A live stream outlives a runner that died mid-run by this much (ms).
+LIVE_TTL_MS = 3_600_000
+
+
+def log_json(stdout: bytes, stderr: bytes, truncated: bool) -> str:
+    import json
+
+    return json.dumps(
+        {
+            "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": stderr.decode("utf-8", "replace"),
+            "truncated": bool(truncated),
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def log_max_bytes(rs: Context) -> int:
+    """``[logs] max_bytes`` of the context's settings (checked when they were read)."""
+    s = rs.settings
+    return int(getattr(s, "log_max_bytes", DEFAULT_CAPTURE_BYTES)) if s else DEFAULT_CAPTURE_BYTES
+
+
+class LiveLog:
+    """What a running command writes, appended to its live stream (``live_key``)
+    every :data:`LIVE_FLUSH_S` or :data:`LIVE_FLUSH_BYTES`, from one thread; a
+    Redis error drops that chunk (the finished log is written anyway)."""
+
+    def __init__(self, client: Any, live_key: str, limit: int):
+        self.client = client
+        self.key = live_key
+        self.limit = max(limit, 1)
+        self._buf: list[tuple[str, bytes]] = []
+        #: one incremental UTF-8 decoder per stream: a character cut between chunks
+        #: is sent whole with the next one
+        self._dec: dict[str, Any] = {}
+        self._size = 0
+        self._cv = threading.Condition()
+        self._done = False
+        #: started with the first output: a run that writes nothing costs nothing
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        with self._cv:
+            if self._thread is None and not self._done:
+                self._thread = threading.Thread(
+                    target=self._loop, daemon=True, name="rsched-live-log"
+                )
+                self._thread.start()
+            self._buf.append((stream, data))
+            self._size += len(data)
+            if self._size >= LIVE_FLUSH_BYTES:
+                self._cv.notify()
+
+    def _take(self) -> list[tuple[str, bytes]]:
+        buf, self._buf, self._size = self._buf, [], 0
+        return buf
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                if not self._done and self._size < LIVE_FLUSH_BYTES:
+                    self._cv.wait(LIVE_FLUSH_S)
+                buf, done = self._take(), self._done
+            if buf:
+                self._write(buf)
+            if done:
+                return
+
+    def _write(self, buf: list[tuple[str, bytes]]) -> None:
+        by: dict[str, bytearray] = {}
+        order: list[str] = []
+        for stream, data in buf:
+            if stream not in by:
+                by[stream] = bytearray()
+                order.append(stream)
+            by[stream] += data
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            import codecs
+
+            for stream in order:
+                dec = self._dec.get(stream)
+                if dec is None:
+                    dec = self._dec[stream] = codecs.getincrementaldecoder("utf-8")("replace")
+                text = dec.decode(bytes(by[stream][-self.limit :]))
+                if not text:
+                    continue
+                pipe.xadd(
+                    self.key,
+                    {"s": stream, "d": text},
+                    maxlen=LIVE_MAXLEN,
+                    approximate=True,
+                )
+            pipe.pexpire(self.key, LIVE_TTL_MS)
+            pipe.execute()
+        except Exception:  # noqa: BLE001 - the live view is best effort
+            pass
+
+    def close(self) -> None:
+        """Flush what is left and stop (before the finished log is stored)."""
+        with self._cv:
+            self._done = True
+            self._cv.notify()
+            t = self._thread
+        if t is not None:
+            t.join(5.0)
+
+
+def live_log(rs: Context, live_key: str) -> LiveLog:
+    return LiveLog(rs.redis, live_key, log_max_bytes(rs))
+
+
+def store_log(
+    rs: Context, keys: Any, token: Any, outcome: Outcome, history_maxlen: int | None = None
+) -> bool:
+    """Write ``outcome``'s run log under ``token`` beside its history record
+    (``keys``: the run's CronKeys / LockKeys / QueueKeys). False when it was not
+    captured or Redis refused (a run log never fails the run)."""
+    from rsched.lua import calls
+
+    if not outcome.has_log:
+        return False
+    try:
+        calls.log_put(
+            rs,
+            keys,
+            token=str(token),
+            log=outcome.log_json(),
+            history_maxlen=rs.history_maxlen if history_maxlen is None else history_maxlen,
+        )
+    except Exception:  # noqa: BLE001 - the record is written; the log is extra
+        return False
+    return True

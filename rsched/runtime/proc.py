@@ -2,6 +2,17 @@
 a timeout that kills the whole group, stderr passed through with its last
 lines kept for the error record.
 
+**Output kept (run logs).** With ``capture_bytes`` > 0 the child's stdout and
+stderr are both pipes, read in chunks (``os.read``, up to 64 KiB: no waiting for
+a newline, so progress output passes as it comes) by one thread per stream,
+copied to the runner's own stdout/stderr as before (journald keeps them), and
+the last ``capture_bytes`` of each stream kept (:class:`Tail`: a bytearray cut
+back to its limit when it grows past twice that, so a chatty child costs
+amortised O(1) per byte and at most 2x the limit in memory). ``on_output``
+gets every chunk as it is read (the live log of ``rsched logs --follow``).
+The error record's stderr tail (20 lines, 4,000 characters) is cut from the
+kept stderr. With ``capture_bytes`` 0 stdout is inherited, as before.
+
 Used by task handlers (`run consumer`), cron jobs (`run cron`), `exec` and
 `run expired`, through :mod:`rsched.runtime.handlers` (the one handler runner).
 
@@ -65,14 +76,45 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from rsched.core.errors import BadInput
 
 #: Lines of stderr kept for history / dead-letter records.
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_BYTES = 4000
+#: Bytes of each stream a run keeps by default (``[logs] max_bytes``).
+DEFAULT_CAPTURE_BYTES = 64 * 1024
+#: One read of a child's pipe.
+READ_CHUNK = 65536
+
+
+class Tail:
+    """The last ``limit`` bytes written to a stream, and whether more came."""
+
+    __slots__ = ("limit", "_buf", "total")
+
+    def __init__(self, limit: int):
+        self.limit = max(0, int(limit))
+        self._buf = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        if not self.limit:
+            return
+        self._buf += data
+        if len(self._buf) > 2 * self.limit:
+            del self._buf[: len(self._buf) - self.limit]
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self._buf[-self.limit :]) if self.limit else b""
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.limit
 
 
 def split_command(command: str | Sequence[str], field: str = "command") -> list[str]:
@@ -410,6 +452,11 @@ class ChildResult:
     killed: str | None  # why rsched killed it: "timeout", "lock lost", "shutdown", "replaced"
     stderr_tail: str
     duration_ms: int
+    #: the kept tails of both streams (b"" when not captured) and whether either was cut
+    stdout: bytes = b""
+    stderr: bytes = b""
+    truncated: bool = False
+    captured: bool = field(default=False)
 
     @property
     def ok(self) -> bool:
@@ -439,9 +486,16 @@ class Child:
         cwd: str | None = None,
         pass_stderr: bool = True,
         stdout: int | None = None,
+        capture_bytes: int = 0,
+        on_output: Callable[[str, bytes], None] | None = None,
     ):
         self.argv = list(argv)
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self._capture = capture_bytes > 0
+        self._on_output = on_output
+        #: the kept tails (run logs); stderr's is also where the error tail is cut from
+        self.out_tail = Tail(capture_bytes)
+        self.err_tail = Tail(max(capture_bytes, STDERR_TAIL_BYTES))
         self.killed: str | None = None
         self._pass = pass_stderr
         self.started = time.monotonic()
@@ -456,7 +510,7 @@ class Child:
                 self.argv,
                 env=penv,
                 stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-                stdout=stdout,
+                stdout=subprocess.PIPE if self._capture else stdout,
                 stderr=subprocess.PIPE,
                 cwd=cwd,
                 start_new_session=True,  # own process group: a timeout kills the whole tree
@@ -472,7 +526,15 @@ class Child:
         if self._guard_seq:
             _GUARD.started(self._guard_seq, self.popen.pid)
         self._spawn_error = ""
-        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        if self._capture:
+            self._reader = threading.Thread(target=self._read_chunks, args=("stderr",), daemon=True)
+            self._out_reader: threading.Thread | None = threading.Thread(
+                target=self._read_chunks, args=("stdout",), daemon=True
+            )
+            self._out_reader.start()
+        else:
+            self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+            self._out_reader = None
         self._reader.start()
         if stdin_data is not None:
             threading.Thread(target=self._write_stdin, args=(stdin_data,), daemon=True).start()
@@ -511,6 +573,35 @@ class Child:
             self._tail.append(line.decode("utf-8", "replace").rstrip("\n"))
         self.popen.stderr.close()
 
+    def _read_chunks(self, name: str) -> None:
+        """One stream of a captured child: pass it through, keep its tail, tell on_output."""
+        pipe = self.popen.stdout if name == "stdout" else self.popen.stderr
+        assert pipe is not None
+        tail = self.out_tail if name == "stdout" else self.err_tail
+        std = sys.stdout if name == "stdout" else sys.stderr
+        out = getattr(std, "buffer", None) if (name == "stdout" or self._pass) else None
+        fd = pipe.fileno()
+        while True:
+            try:
+                data = os.read(fd, READ_CHUNK)
+            except OSError:
+                break
+            if not data:
+                break
+            if out is not None:
+                try:
+                    out.write(data)
+                    out.flush()
+                except (OSError, ValueError):
+                    pass
+            tail.add(data)
+            if self._on_output is not None:
+                try:
+                    self._on_output(name, data)
+                except Exception:  # noqa: BLE001 - a live log never stops the run
+                    pass
+        pipe.close()
+
     def poll(self) -> int | None:
         if self.popen is None:
             return 127
@@ -548,16 +639,34 @@ class Child:
             self.stop("timeout", grace_s)
             self.popen.wait()
         # The group may hold the stderr pipe open after the leader exits.
-        self._reader.join(timeout=1.0)
-        if self._reader.is_alive():
+        readers = [t for t in (self._reader, self._out_reader) if t is not None]
+        for t in readers:
+            t.join(timeout=1.0)
+        if any(t.is_alive() for t in readers):
             self.signal_group(signal.SIGKILL)
-            self._reader.join(timeout=1.0)
+            for t in readers:
+                t.join(timeout=1.0)
         self._unguard()  # waited for: no longer the guardian's to kill
         rc = self.popen.returncode
         code = 128 - rc if rc < 0 else rc
-        tail = "\n".join(self._tail)[-STDERR_TAIL_BYTES:]
+        dur = int((time.monotonic() - self.started) * 1000)
+        if not self._capture:
+            tail = "\n".join(self._tail)[-STDERR_TAIL_BYTES:]
+            return ChildResult(code, timed_out, self.killed, tail, dur)
+        err = self.err_tail.data
+        lines = err.decode("utf-8", "replace").rstrip("\n").split("\n")
+        tail = "\n".join(lines[-STDERR_TAIL_LINES:])[-STDERR_TAIL_BYTES:]
+        limit = self.out_tail.limit
         return ChildResult(
-            code, timed_out, self.killed, tail, int((time.monotonic() - self.started) * 1000)
+            code,
+            timed_out,
+            self.killed,
+            tail,
+            dur,
+            stdout=self.out_tail.data,
+            stderr=err[-limit:],
+            truncated=self.out_tail.truncated or self.err_tail.total > limit,
+            captured=True,
         )
 
 

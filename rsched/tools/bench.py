@@ -943,10 +943,36 @@ class Bench:
             "add_p50_us_large": round(b["add_p50_us"]),
             "add_ratio": round(b["add_p50_us"] / max(a["add_p50_us"], 1e-9), 2),
             "memory_bytes_per_task": per_task,
+            **self._log_memory(unmeasured),
             "unmeasured": unmeasured,
         }
         if self.cluster:
             out["memory_node"] = where
+        return out
+
+    def _log_memory(self, unmeasured: dict[str, str]) -> dict[str, Any]:
+        """Redis memory per kept run log (``MEMORY USAGE`` of a cron's logs hash and
+        its index): 100 logs of 1 KiB, then 100 full 64 KiB ones."""
+        from rsched.runtime.handlers import log_json
+
+        k = self.rs.keys.cron("bench-logs")
+        where, node = node_of(self.rs.redis, k.logs)
+        out: dict[str, Any] = {}
+        for label, size in (("1k", 1024), ("64k", 65536)):
+            node.delete(k.logs, k.log_index)
+            text = log_json(b"x" * size, b"", False)
+            for i in range(100):
+                calls.log_put(self.rs, k, token=str(i), log=text, history_maxlen=1000)
+            try:
+                used = sum(
+                    int(node.memory_usage(key, samples=0) or 0) for key in (k.logs, k.log_index)
+                )
+            except Exception as exc:  # noqa: BLE001 - MEMORY may be refused (ACL)
+                unmeasured[f"log_bytes_{label}"] = f"MEMORY USAGE refused by {where}: {exc}"
+                out[f"log_bytes_{label}"] = None
+            else:
+                out[f"log_bytes_{label}"] = round(used / 100)
+        node.delete(k.logs, k.log_index)
         return out
 
     # -------------------------------------------------------------- locks
@@ -1190,6 +1216,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("scale.add_p50_us_small", "add p50, small queue", "us"),
     ("scale.add_p50_us_large", "add p50, large queue", "us"),
     ("scale.memory_bytes_per_task", "Redis memory per scheduled task", "bytes"),
+    ("scale.log_bytes_1k", "Redis memory per kept run log, 1 KiB of output", "bytes"),
+    ("scale.log_bytes_64k", "Redis memory per kept run log, 64 KiB of output", "bytes"),
     ("locks.handover_p50_ms", "lock hand-over p50: release to waiter", "ms"),
     ("locks.handover_p99_ms", "lock hand-over p99: release to waiter", "ms"),
 ]

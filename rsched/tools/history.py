@@ -10,6 +10,8 @@ each entry's field ``j`` holds one JSON object:
     cause (absent for a scheduled tick; "manual", "after NAME"), triggered_by
 
 Reading is newest first, paged with XREVRANGE (never the whole stream).
+``has_log``: the run's log is kept (``HEXISTS`` on the ``logs`` hash beside
+the stream, by token; one pipelined round trip for the records read).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ PAGE = 200
 class Record:
     stream_id: str
     data: dict[str, Any] = field(default_factory=dict)
+    #: the stream it was read from, and whether its run log is kept
+    stream: str = ""
+    has_log: bool = False
 
     def get(self, k: str) -> Any:
         return self.data.get(k)
@@ -78,6 +83,7 @@ class Record:
             "error": d.get("error") or None,
             "cause": d.get("cause") or None,
             "triggered_by": d.get("triggered_by") or None,
+            "has_log": self.has_log,
         }
         for extra in ("shard", "shard_total"):
             if extra in d:
@@ -118,7 +124,9 @@ def _stream(rs: Rsched, key: str, page: int = PAGE) -> Iterator[Record]:
         if not entries:
             return
         for eid, fields in entries:
-            yield _parse(eid, fields)
+            rec = _parse(eid, fields)
+            rec.stream = key
+            yield rec
         if len(entries) < page:
             return
         end = "(" + entries[-1][0]  # exclusive range (Redis >= 6.2)
@@ -170,4 +178,19 @@ def read(
         out.append(rec)
         if len(out) >= limit:
             break
+    mark_logs(rs, out)
     return out
+
+
+def mark_logs(rs: Rsched, records: list[Record]) -> None:
+    """Set :attr:`Record.has_log` (one pipelined HEXISTS per record with a token)."""
+    from rsched.core.keys import logs_of_history
+
+    todo = [r for r in records if r.stream and r.get("token") not in (None, "")]
+    if not todo:
+        return
+    pipe = rs.redis.pipeline(transaction=False)
+    for r in todo:
+        pipe.hexists(logs_of_history(r.stream), str(r.get("token")))
+    for r, found in zip(todo, pipe.execute(), strict=True):
+        r.has_log = bool(found)
