@@ -296,7 +296,15 @@ class ClusterCli(Cli):
         """``cluster``: the cluster, or the URL to give the processes ("" for none)."""
         target = SimpleNamespace(url=cluster) if isinstance(cluster, str) else cluster
         super().__init__(target, namespace, cwd)
-        self.url = target.url
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url)
+
+    @url.setter
+    def url(self, value: str) -> None:
+        """The URL the processes get from now on (a cluster started after this)."""
+        self.server = SimpleNamespace(url=value)
 
 
 @pytest.fixture(scope="module")

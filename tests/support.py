@@ -180,6 +180,8 @@ class RedisServer:
 def rsched_env(server: Any, namespace: str, **extra: str) -> dict[str, str]:
     """The environment of an rsched process for ``server`` (anything with a
     ``url``, and a ``password`` if it has one: a RedisServer or a Cluster)."""
+    # Never let a process fall back to the default URL (the machine's own Redis).
+    assert server.url, "no server URL: tests never use the default 127.0.0.1:6379"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RSCHED_", "REDIS_URL"))}
     env.update(
         {
