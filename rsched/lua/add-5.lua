@@ -25,6 +25,40 @@
 -- in sched, proc or dead (as text), or {"partitioned", N} when "p" found the
 -- queue partitioned (nothing written). ("now": the server's clock, ms.)
 -- Errors: RSCHED_CONFLICT when mode is "error" and any task exists (nothing written).
+
+-- Write the one task of reply "one" (ARGV[4..7]) at the server's time `now`;
+-- returns its due time. Consumers are woken when it is the earliest task (no
+-- score below its due).
+local function write_one(now)
+  local m, spec, maxa = ARGV[4], ARGV[5], tonumber(ARGV[7])
+  local due
+  if string.byte(spec, 1) == 43 then due = now + tonumber(string.sub(spec, 2)) else due = tonumber(spec) end
+  if maxa == 0 then
+    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6]}))
+  else
+    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6], 0, maxa}))
+  end
+  redis.call('ZADD', KEYS[1], due, m)
+  if redis.call('ZCOUNT', KEYS[1], '-inf', string.format('(%.17g', due)) == 0 then
+    redis.call('ZADD', KEYS[5], due, 'w')
+  end
+  return due
+end
+
+-- A new task, reply "one", no type check (rs.add(), `rsched add`: the path of one
+-- round trip per task), first: the fragments included below cost every call that
+-- runs past them. An existing task goes on to the general rules below.
+if ARGV[2] == 'one' and not string.find(ARGV[3], 't', 1, true) then
+  local got = redis.call('HMGET', KEYS[4], ARGV[4], '#partitions')
+  if got[2] and string.find(ARGV[3], 'p', 1, true) then return {'partitioned', tonumber(got[2])} end
+  if not got[1] then
+    if redis.replicate_commands then pcall(redis.replicate_commands) end
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    return {'added', write_one(now), now}
+  end
+end
+
 --@include _now.lua
 --@include _record.lua
 --@include _types.lua
@@ -63,7 +97,7 @@ end
 -- One task, reply "one" (rs.add(), `rsched add`): the same rules as below, in
 -- the fewest commands (this is the path of one round trip per task).
 if one_reply then
-  local m, spec, maxa = ARGV[4], ARGV[5], tonumber(ARGV[7])
+  local m = ARGV[4]
   local got = redis.call('HMGET', KEYS[4], m, '#partitions')
   if partitioned and got[2] then return {'partitioned', tonumber(got[2])} end
   local raw = got[1]
@@ -81,19 +115,7 @@ if one_reply then
     redis.call('ZREM', KEYS[2], m)
     redis.call('ZREM', KEYS[3], m)
   end
-  local due
-  if string.byte(spec, 1) == 43 then due = now + tonumber(string.sub(spec, 2)) else due = tonumber(spec) end
-  if maxa == 0 then
-    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6]}))
-  else
-    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6], 0, maxa}))
-  end
-  redis.call('ZADD', KEYS[1], due, m)
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if first[2] and tonumber(first[2]) >= due then
-    redis.call('ZADD', KEYS[5], due, 'w')
-  end
-  return {status, due, now}
+  return {status, write_one(now), now}
 end
 
 if mode == 'error' then

@@ -169,13 +169,32 @@ def add_one(
     the script's as its list. On Redis Cluster the commands are sent one after
     the other (see below). ``EVALSHA``, and when the server answers
     ``NOSCRIPT`` the pipeline again with ``EVAL`` (the commands around it must
-    be safe to repeat); the one-shot client sends ``EVAL`` at once."""
-    keys = _add_keys(q)
+    be safe to repeat); the one-shot client sends ``EVAL`` at once. A plain
+    redis-py client gets no pipeline object: the commands are packed here and
+    sent on one connection of its pool (:func:`_direct`, what the pipeline does
+    in fewer steps; redis-py's own metrics hooks do not see the call)."""
+    pool = _direct_pool(c.redis)  # a plain redis-py client (not a cluster's)
+    if pool is not None:
+        # The request packed here (redis-py's packer and pipeline cost more than
+        # the round trip), EVALSHA's start kept per queue.
+        head = _HEADS.get((q.prefix, mode, checks))
+        if head is None:
+            head = _head(q, mode, checks)
+        packed = [*map(_packed, before), head, _task_fields(*task), *map(_packed, after)]
+        try:
+            res = _direct(pool, b"".join(packed), len(before) + 1 + len(after))
+        except Exception as exc:
+            _raise_mapped(exc)
+        reply = res[len(before)]
+        if not (isinstance(reply, Exception) and _noscript(reply)):
+            return res
+        # NOSCRIPT: the commands again with EVAL, through a pipeline (below)
     args = [mode, "one", checks, *task]
     if is_cluster(c.redis):
         # One command after the other, each through the client that rides out a
         # failover (rsched.core.conn): a cluster pipeline is not retried, and
         # would go on sending to a dead primary.
+        keys = _add_keys(q)
         out: list[Any] = []
         for cmd in [*before, None, *after]:
             try:
@@ -186,29 +205,155 @@ def add_one(
             except Exception as exc:  # noqa: BLE001 - returned in place, as a pipeline does
                 out.append(exc)
         return out
-    eval_first = getattr(c.redis, "prefers_eval", False)
+    eval_first = pool is not None or getattr(c.redis, "prefers_eval", False)
+    bkeys = _add_keys_bytes(q)
     while True:
-        pipe = c.redis.pipeline(transaction=False)
-        for cmd in before:
-            pipe.execute_command(*cmd)
         if eval_first:
-            pipe.execute_command("EVAL", loader.source("add-5"), 5, *keys, *args)
+            script = ("EVAL", loader.source("add-5"), 5, *bkeys, *args)
         else:
-            pipe.execute_command("EVALSHA", loader.sha1("add-5"), 5, *keys, *args)
-        for cmd in after:
-            pipe.execute_command(*cmd)
+            script = ("EVALSHA", loader.sha1("add-5"), 5, *bkeys, *args)
         try:
+            pipe = c.redis.pipeline(transaction=False)
+            for cmd in (*before, script, *after):
+                pipe.execute_command(*cmd)
             res = pipe.execute(raise_on_error=False)
         except Exception as exc:
             if not eval_first and _noscript(exc):  # a cluster pipeline raises it
                 eval_first = True
                 continue
             _raise_mapped(exc)
-        script = res[len(before)]
-        if not eval_first and isinstance(script, Exception) and _noscript(script):
+        reply = res[len(before)]
+        if not eval_first and isinstance(reply, Exception) and _noscript(reply):
             eval_first = True
             continue
         return res
+
+
+#: (queue key prefix, mode, checks) -> the packed start of add-5's EVALSHA, up to
+#: its task
+_HEADS: dict[tuple[str, str, str], bytes] = {}
+
+
+def _head(q: QueueKeys, mode: str, checks: str) -> bytes:
+    if len(_HEADS) >= 4096:
+        _HEADS.clear()
+    sha = loader.sha1("add-5")
+    # 15 entries: EVALSHA sha 5, the 5 keys, mode "one" checks, the task's 4
+    head = b"*15\r\n" + _fields(("EVALSHA", sha, 5, *_add_keys_bytes(q), mode, "one", checks))
+    _HEADS[(q.prefix, mode, checks)] = head
+    return head
+
+
+def _task_fields(member: str, due: str, payload: str, max_attempts: int) -> bytes:
+    """:func:`_fields` of one task (member, due, payload JSON, max attempts)."""
+    m, d, p, x = member.encode(), due.encode(), payload.encode(), b"%d" % max_attempts
+    return b"$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
+        len(m),
+        m,
+        len(d),
+        d,
+        len(p),
+        p,
+        len(x),
+        x,
+    )
+
+
+#: command -> :func:`_resp` of it, for the few commands sent around add-5
+_PACKED: dict[tuple[Any, ...], bytes] = {}
+
+
+def _packed(cmd: tuple[Any, ...]) -> bytes:
+    b = _PACKED.get(cmd)
+    if b is None:
+        if len(_PACKED) >= 4096:
+            _PACKED.clear()
+        b = _PACKED[cmd] = _resp(cmd)
+    return b
+
+
+def _resp(args: Sequence[Any]) -> bytes:
+    """One command in RESP, as redis-py packs it for a utf-8 "strict" client (str
+    utf-8, int in decimal, bytes as they are; see :func:`_direct_pool`)."""
+    return b"*%d\r\n%b" % (len(args), _fields(args))
+
+
+def _fields(args: Sequence[Any]) -> bytes:
+    """:func:`_resp` without the count of entries in front."""
+    out = []
+    for a in args:
+        if type(a) is str:
+            a = a.encode()
+        elif type(a) is int:
+            a = b"%d" % a
+        elif not isinstance(a, bytes):
+            raise TypeError(f"cannot send {a!r}")
+        out.append(b"$%d\r\n%b\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def _direct_pool(r: Any) -> Any:
+    """The connection pool of a plain redis-py client, for :func:`_direct` (None:
+    use a pipeline: another client, a single-connection client, another
+    encoding than utf-8 "strict"). Decided once per client."""
+    d = getattr(r, "__dict__", None)
+    if d is None:
+        return None
+    pool = d.get("_rsched_direct_pool", False)
+    if pool is False:
+        import sys
+
+        rp = sys.modules.get("redis")
+        pool = getattr(r, "connection_pool", None)
+        kw = getattr(pool, "connection_kwargs", None) or {}
+        if not (
+            rp is not None
+            and isinstance(r, rp.Redis)
+            and getattr(r, "connection", None) is None
+            and not getattr(r, "_single_connection_client", False)
+            and hasattr(pool, "get_connection")
+            and hasattr(pool, "release")
+            and str(kw.get("encoding", "utf-8")).lower().replace("_", "-") in ("utf-8", "utf8")
+            and kw.get("encoding_errors", "strict") == "strict"
+        ):
+            pool = None
+        d["_rsched_direct_pool"] = pool
+    return pool
+
+
+def _direct(pool: Any, packed: bytes, n: int) -> list[Any]:
+    """What ``pipeline(transaction=False)`` with ``execute(raise_on_error=False)``
+    does for ``n`` commands already packed, without building a pipeline (the
+    one-task add is the hot path): one connection from the pool, one write,
+    every reply read (an error reply in place), a connection error retried as
+    the connection's ``retry`` says after disconnecting (the pipeline's rule),
+    the connection released to the pool whatever happens (one with unread
+    replies was closed by redis-py's ``read_response``)."""
+    from rsched.core.conn import pool_connection
+
+    conn = pool_connection(pool)
+    try:
+        retry = getattr(conn, "retry", None)
+        if retry is None:
+            return _send_read(conn, packed, n)
+        return retry.call_with_retry(
+            lambda: _send_read(conn, packed, n), lambda _e: conn.disconnect()
+        )
+    finally:
+        pool.release(conn)
+
+
+def _send_read(conn: Any, packed: bytes, n: int) -> list[Any]:
+    from redis.exceptions import ResponseError
+
+    conn.send_packed_command([packed])
+    out: list[Any] = []
+    for _ in range(n):
+        try:
+            out.append(conn.read_response())
+        except ResponseError as exc:
+            out.append(exc)
+    return out
 
 
 def _noscript(exc: BaseException) -> bool:

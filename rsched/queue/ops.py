@@ -59,7 +59,7 @@ def _spec_task(s: TaskSpec, state: str, due: Any) -> Task:
         int(due),
         0,
         s.max_attempts or None,
-        json.loads(s.payload_json),
+        None if s.payload_json == "null" else json.loads(s.payload_json),
         None,
     )
 
@@ -116,9 +116,12 @@ def _add_one(
     known = P.known(rs)
     if stored not in known.checked:
         checks += "t"
+    q = known.keys.get(stored)
+    if q is None:
+        q = known.keys[stored] = rs.keys.queue(stored)
     res = calls.add_one(
         rs,
-        rs.keys.queue(stored),
+        q,
         if_exists,
         _args(spec),
         checks=checks,

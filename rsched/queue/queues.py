@@ -65,6 +65,8 @@ class Known:
         #: said: a later add reads it no more (add-5's "p" check sees a
         #: partitioning by this version)
         self.ready: set[str] = set()
+        #: stored queue -> its keys (an add builds them once)
+        self.keys: dict[str, K.QueueKeys] = {}
 
 
 def known(rs: Context) -> Known:

@@ -119,3 +119,28 @@ def test_every_add_registers_its_queue(rs: Rsched) -> None:
     rs.redis.srem(rs.keys.queues, "reg")  # lost (a restart without persistence, say)
     rs.add("h.r", "2", queue="reg")
     assert "reg" in rs.redis.smembers(rs.keys.queues)
+
+
+def test_the_one_connection_path_rides_out_a_script_flush_and_other_clients(
+    own_server: RedisServer, namespace: str
+) -> None:
+    """A plain client's add is sent on one pooled connection (no pipeline): after
+    SCRIPT FLUSH it falls back to EVAL; a single-connection client, or another
+    encoding, goes through a pipeline; every answer is the same."""
+    r = own_server.client()
+    rs = Rsched(own_server.client(), namespace)
+    assert rs.add("h.f", "1").status == "added"
+    r.script_flush()
+    res = rs.add("h.f", "2", payload={"é": 1}, max_attempts=2)
+    assert res.status == "added" and res.task == rs.show("h.f", "2")
+    assert rs.add("h.f", "2").status == "kept"
+    pool = rs.redis.connection_pool
+    assert len(pool._in_use_connections) == 0  # released, whatever the path
+    for client in (
+        own_server.client(single_connection_client=True),
+        own_server.client(encoding="latin-1"),
+    ):
+        other = Rsched(client, namespace)
+        assert other.add("h.f", "3").status in ("added", "kept")
+        assert other.add("h.f", "3").status == "kept"
+    assert r.sismember(f"{namespace}:queues", "default")
