@@ -710,6 +710,7 @@ def history(app: App, name: str | None, queue: str | None, failed: bool, limit: 
             ("HOST", lambda r: r.get("host")),
             ("ATTEMPT", lambda r: r.get("attempt")),
             ("TOKEN", lambda r: r.get("token")),
+            ("LOG", lambda r: r.has_log),  # `rsched logs NAME --run TOKEN` shows it
             ("ERROR", lambda r: hist.short_error(r.get("error"))),
         ],
         app.fmt,

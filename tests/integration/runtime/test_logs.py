@@ -24,6 +24,16 @@ def test_exec_output_kept_on_success_and_passed_through(cli: Cli) -> None:
         assert k in run
     hist = cli.json("history", "lg1")
     assert hist[0]["has_log"] is True
+
+    def log_cell(name: str) -> str:  # the LOG column of the newest row (cells may hold spaces)
+        head, *rows = [ln for ln in cli("history", name, check=0).stdout.splitlines() if ln]
+        at = head.index(" LOG ") + 1
+        row = next(r for r in rows if not r.startswith("-"))
+        return row[at : at + 3].strip()
+
+    assert log_cell("lg1") == "yes"  # the table says which runs have logs
+    cli("exec", "--lock", "lg2", "--", "true", check=0)  # wrote nothing: no log kept
+    assert log_cell("lg2") == "no"
     cli("exec", "--lock", "lg1", "--", "sh", "-c", "echo second", check=0)
     assert [x["stdout"] for x in cli.json("logs", "lg1", "--all")] == ["second\n", "hello\n"]
     one = cli.json("logs", "lg1", "--run", str(run["token"]))
