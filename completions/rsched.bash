@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
+    'rsched') echo 'add bench cancel check completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -16,6 +16,7 @@ _rsched_options() {
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched cancel') echo '--queue --all --type --state --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched check') echo '--max-lag --dead --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched completion') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched crons') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched dead') echo '--queue --limit --format --json -v --verbose -q --quiet -h --help' ;;
@@ -56,6 +57,7 @@ _rsched_value_options() {
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --type --state --format' ;;
+    'rsched check') echo '--max-lag --format' ;;
     'rsched completion') echo '--format' ;;
     'rsched crons') echo '--format' ;;
     'rsched dead') echo '--queue --limit --format' ;;
@@ -97,6 +99,7 @@ _rsched_choices() {
     'rsched bench|--format') echo 'table plain json' ;;
     'rsched cancel|--state') echo 'scheduled due processing dead all' ;;
     'rsched cancel|--format') echo 'table plain json' ;;
+    'rsched check|--format') echo 'table plain json' ;;
     'rsched completion|--format') echo 'table plain json' ;;
     'rsched crons|--format') echo 'table plain json' ;;
     'rsched dead|--format') echo 'table plain json' ;;

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "resume": "rsched.cli.cron_cmds:resume",
     "forget": "rsched.cli.cron_cmds:forget",
     "history": "rsched.cli.cron_cmds:history",
+    "check": "rsched.cli.check_cmd:check",
     "logs": "rsched.cli.logs_cmd:logs",
     "server": "rsched.cli.ops_cmds:server",
     "doctor": "rsched.cli.ops_cmds:doctor",
