@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from rsched.core import validate
 from rsched.core.errors import BadInput, ConfigError
-from rsched.runtime.options import ms, positive_int
+from rsched.core.timeutil import duration_ms
+from rsched.runtime.options import positive_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.core.config import Settings
@@ -74,7 +75,7 @@ def queue_options(
         v = from_config(settings, queue, key, parse)
         return default if v is None else v
 
-    lease = pick(lease_ms, "lease", "--lease", ms, DEFAULT_LEASE_MS)
+    lease = pick(lease_ms, "lease", "--lease", duration_ms, DEFAULT_LEASE_MS)
     if lease < 300:
         raise BadInput("--lease", f"{lease}ms is too short; give at least 300ms")
     ma = pick(max_attempts, "max_attempts", "--max-attempts", validate.max_attempts, None)
@@ -82,11 +83,11 @@ def queue_options(
         from rsched.core.defaults import DEFAULT_MAX_ATTEMPTS
 
         ma = DEFAULT_MAX_ATTEMPTS
-    backoff = pick(backoff_ms, "backoff", "--backoff", ms, DEFAULT_BACKOFF_MS)
-    cap = pick(backoff_max_ms, "backoff_max", "--backoff-max", ms, DEFAULT_BACKOFF_MAX_MS)
+    backoff = pick(backoff_ms, "backoff", "--backoff", duration_ms, DEFAULT_BACKOFF_MS)
+    cap = pick(backoff_max_ms, "backoff_max", "--backoff-max", duration_ms, DEFAULT_BACKOFF_MAX_MS)
     if cap < backoff:
         raise BadInput("--backoff-max", f"{cap}ms is shorter than --backoff ({backoff}ms)")
-    timeout = pick(timeout_ms, "timeout", "--timeout", ms, None)
+    timeout = pick(timeout_ms, "timeout", "--timeout", duration_ms, None)
     return QueueOptions(lease, int(ma), timeout, backoff, cap)
 
 
@@ -141,17 +142,19 @@ def consumer_options(
     if max_attempts is not None:
         max_attempts = validate.max_attempts(max_attempts)
     explicit = {
-        "lease_ms": None if lease_ms is None else ms(lease_ms, "--lease"),
-        "backoff_ms": None if backoff_ms is None else ms(backoff_ms, "--backoff"),
-        "backoff_max_ms": None if backoff_max_ms is None else ms(backoff_max_ms, "--backoff-max"),
-        "timeout_ms": None if timeout_ms is None else ms(timeout_ms, "--timeout"),
+        "lease_ms": None if lease_ms is None else duration_ms(lease_ms, "--lease"),
+        "backoff_ms": None if backoff_ms is None else duration_ms(backoff_ms, "--backoff"),
+        "backoff_max_ms": None
+        if backoff_max_ms is None
+        else duration_ms(backoff_max_ms, "--backoff-max"),
+        "timeout_ms": None if timeout_ms is None else duration_ms(timeout_ms, "--timeout"),
     }
-    grace = None if grace_ms is None else ms(grace_ms, "--grace")
+    grace = None if grace_ms is None else duration_ms(grace_ms, "--grace")
     per_queue = {
         q: queue_options(settings, q, max_attempts=max_attempts, **explicit) for q in names
     }
     cfg_conc = from_config(settings, names[0], "concurrency", positive_int)
-    cfg_grace = from_config(settings, names[0], "grace", ms)
+    cfg_grace = from_config(settings, names[0], "grace", duration_ms)
     if conc is None:
         conc = positive_int(cfg_conc or 1, "--concurrency", CONCURRENCY_LIMIT)
     if grace is None:

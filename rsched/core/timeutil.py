@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rsched.core.errors import BadInput
 
@@ -130,3 +130,15 @@ def local_time(ms: int | None, tz: str | None) -> str | None:
         + " "
         + local_parts(ms, tz or "UTC")[1]
     )
+
+
+def duration_ms(value: Any, field: str) -> int:
+    """A duration from the library or a flag: integer milliseconds (> 0), or text
+    like ``30s`` / ``1h30m``."""
+    if isinstance(value, bool):
+        raise BadInput(field, f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise BadInput(field, f"{value!r} must be a positive number of milliseconds")
+        return int(value)
+    return parse_duration(str(value), field)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsched.core.errors import BadInput
+from rsched.core.timeutil import duration_ms
 from rsched.expired.notify import check_pattern
-from rsched.runtime.options import ms, positive_int
+from rsched.runtime.options import positive_int
 from rsched.runtime.proc import split_command
 
 #: How long the claim of an un-armed key's firing lasts (see rsched.expired.runner).
@@ -82,11 +83,11 @@ def expired_options(
     conc = positive_int(concurrency, "--concurrency", CONCURRENCY_LIMIT)
     timeout: int | None = None
     if isinstance(timeout_ms, str) or timeout_ms:  # the library's 0: no timeout
-        timeout = ms(timeout_ms, "--timeout")
+        timeout = duration_ms(timeout_ms, "--timeout")
     if claim_window_ms is None or claim_window_ms == "":
         window = DEFAULT_CLAIM_WINDOW_MS
     elif isinstance(claim_window_ms, str):
-        window = ms(claim_window_ms, "--claim-window")
+        window = duration_ms(claim_window_ms, "--claim-window")
     else:
         window = int(claim_window_ms)
     if window < 100:

@@ -8,18 +8,8 @@ from typing import Any
 
 from rsched.core import validate
 from rsched.core.errors import BadInput
-from rsched.core.timeutil import parse_duration, parse_time
+from rsched.core.timeutil import duration_ms, parse_time
 from rsched.queue.model import STATES, TaskQuery, TaskRef, TaskSpec
-
-
-def _delay(value: Any, field: str) -> int:
-    if isinstance(value, bool):
-        raise BadInput(field, f"{value!r} is not a duration")
-    if isinstance(value, int | float):
-        if value <= 0:
-            raise BadInput(field, f"{value!r} must be a positive number of milliseconds")
-        return int(value)
-    return parse_duration(value, field)
 
 
 def _at(value: Any, field: str, tz: str | None) -> int:
@@ -95,7 +85,7 @@ def make_spec(
         raise BadInput(f["in"], f"give either {short_in} or {short_at}, not both")
     spec = TaskSpec(task_type, task_id, queue)
     if delay is not None:
-        spec.delay_ms = _delay(delay, f["in"])
+        spec.delay_ms = duration_ms(delay, f["in"])
     elif at is not None:
         spec.at_ms = _at(at, f["at"], tz)
     if payload_json is not None:
