@@ -236,7 +236,17 @@ def _producer(
                             break
                         continue
                 else:
-                    res = cli("add", "--from", "-", input=jsonl("t.aof", part), timeout=60)
+                    # --retry-for 0: fail at once, this producer retries the batch itself
+                    # (the default 30 s ride-out would outlast the wait for the outage)
+                    res = cli(
+                        "add",
+                        "--from",
+                        "-",
+                        "--retry-for",
+                        "0",
+                        input=jsonl("t.aof", part),
+                        timeout=60,
+                    )
                     if res.returncode == 0:
                         acked.extend(part)
                         break
