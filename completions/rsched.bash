@@ -14,7 +14,7 @@ _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version -h --help' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched bench') echo '--embedded --quick --repeat --only --partitions --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched bench') echo '--embedded --quick --repeat --only --partitions --idle-for --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched cancel') echo '--queue --all --type --state --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched check') echo '--max-lag --dead --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched completion') echo '--install --format --json -v --verbose -q --quiet -h --help' ;;
@@ -55,7 +55,7 @@ _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
     'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
-    'rsched bench') echo '--repeat --only --partitions --redis-url --namespace --format' ;;
+    'rsched bench') echo '--repeat --only --partitions --idle-for --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --type --state --format' ;;
     'rsched check') echo '--max-lag --format' ;;
     'rsched completion') echo '--format' ;;

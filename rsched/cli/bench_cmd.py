@@ -52,6 +52,14 @@ def settings_for(app: App, redis_url: str | None) -> Settings:
     "(on Redis Cluster they spread over the primaries; scale measures one queue) [default 1].",
 )
 @click.option(
+    "--idle-for",
+    "idle_for",
+    metavar="DUR",
+    help="How long the idle section watches an idle consumer and an idle cron runner "
+    "(each; an idle loop calls Redis about every 10 s, so a shorter window can read 0) "
+    "[default 20s; --quick 12s].",
+)
+@click.option(
     "--redis-url",
     "bench_url",
     metavar="URL",
@@ -73,6 +81,7 @@ def bench(
     repeat: int | None,
     only: str | None,
     partitions: str | None,
+    idle_for: str | None,
     bench_url: str | None,
     bench_ns: str | None,
 ) -> None:
@@ -109,6 +118,10 @@ def bench(
         for s in sections:
             if s not in B.SECTIONS:
                 raise BadInput("--only", f"{s!r} is not one of {', '.join(B.SECTIONS)}")
+    if idle_for is not None:
+        from rsched.core.timeutil import parse_duration
+
+        params.idle_s = parse_duration(idle_for, "--idle-for") / 1000.0
     if bench_ns is not None:
         validate.name(bench_ns, "--namespace")
     if partitions is not None:

@@ -311,7 +311,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         rc = exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        # One line, as for every other refusal (click's own would add a usage block).
+        hint = ""
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        click.echo(f"rsched: error: {exc.format_message()}{hint}", err=True)
         rc = exc.exit_code  # 2 for usage errors
     except click.Abort:
         click.echo("rsched: interrupted", err=True)

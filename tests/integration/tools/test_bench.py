@@ -25,7 +25,8 @@ def _figures(report: dict) -> None:
 
 
 def test_quick_embedded_reports_every_figure(cli: Cli) -> None:
-    res = cli("bench", "--quick", "--embedded", "--json", timeout=600)
+    # a short idle window: the test checks every figure is there, not its value
+    res = cli("bench", "--quick", "--embedded", "--idle-for", "2s", "--json", timeout=600)
     assert res.returncode == 0, res.stderr
     r = json.loads(res.stdout)
     assert r["server"]["embedded"] is True
@@ -47,6 +48,7 @@ def test_quick_embedded_reports_every_figure(cli: Cli) -> None:
     assert isinstance(cold["add_ms"], NUMBER) and cold["add_ms"] > 0
     assert cold["runs"] >= 1
     idle = r["idle"]
+    assert idle["window_s"] == 2.0  # --idle-for
     for k in ("consumer_requests_per_s", "cron_requests_per_s"):
         assert isinstance(idle[k], NUMBER) and idle[k] >= 0
     for k in ("consumer_cmds_per_s", "cron_cmds_per_s"):
@@ -110,11 +112,19 @@ def test_refuses_non_empty_namespace(cli: Cli, server: RedisServer) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--only", "enqueue,nope"], ["--repeat", "0"], ["--namespace", "bad name"]],
+    [
+        ["--only", "enqueue,nope"],
+        ["--repeat", "0"],
+        ["--namespace", "bad name"],
+        ["--idle-for", "0"],
+        ["--idle-for", "soon"],
+    ],
 )
 def test_bad_options_exit_2(cli: Cli, args: list[str]) -> None:
     res = cli("bench", "--quick", *args)
     assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("rsched: error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert args[0] in res.stderr, res.stderr  # naming the option
 
 
 def test_config_file_and_password_reach_its_processes(tmp_path: os.PathLike[str]) -> None:
