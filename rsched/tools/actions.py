@@ -16,6 +16,7 @@ from rsched.core.errors import BadInput, Conflict, NotFound
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.api import Rsched
+    from rsched.queue.model import TaskRef
 
 
 def switch(
@@ -136,3 +137,54 @@ def next_ticks(sched: Any, count: int, after_ms: int | None = None) -> list[dict
         local, offset = local_parts(t, sched.tz)
         rows.append({"fire_at": iso(t), "fire_ms": t, "local": local, "offset": offset})
     return rows
+
+
+def cancel(rs: Rsched, ref: TaskRef) -> tuple[dict[str, Any], str]:
+    """Cancel one task (``ref`` validated by :func:`rsched.queue.specs.task_ref`, before
+    anything connects): ``({"type", "id", "queue", "cancelled": true, "was": STATE}, note)``."""
+    from rsched.queue import ops as tasks
+
+    task_type, task_id, queue = ref.type, ref.id, ref.queue
+    was = tasks.cancel_ref(rs, ref)
+    note = "; its handler is being stopped" if was == "processing" else ""
+    return (
+        {"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was},
+        f"cancelled {task_type} {task_id} in queue {queue} (was {was}{note})",
+    )
+
+
+def check_retry(queue: str | None, task: tuple[str, str] | None) -> None:
+    """Refuse a bad :func:`retry` before anything connects."""
+    from rsched.core import validate
+
+    if queue is not None:
+        validate.queue(queue)
+    if task is not None:
+        validate.task_type(task[0])
+        validate.task_id(task[1])
+
+
+def retry(
+    rs: Rsched, queue: str | None, task: tuple[str, str] | None
+) -> tuple[dict[str, Any], str]:
+    """Move dead task ``task`` (TYPE, ID), or every dead task of ``queue`` (or of
+    every queue) when None, back to due: ``({"retried": N}, note)``. Checked by
+    :func:`check_retry` first."""
+    from rsched.queue import ops as tasks
+
+    if task is None:
+        n = tasks.retry_all(rs, queue)
+    else:
+        n = tasks.retry(rs, queue or "default", [task])
+    return {"retried": n}, f"retried {n}"
+
+
+def purge_dead(
+    rs: Rsched, queue: str | None, older_than_ms: int | None = None
+) -> tuple[dict[str, Any], str]:
+    """Delete dead tasks (of ``queue``, dead longer than ``older_than_ms``):
+    ``({"purged": N}, note)``."""
+    from rsched.queue import ops as tasks
+
+    n = tasks.purge_dead(rs, queue, older_than_ms)
+    return {"purged": n}, f"purged {n}"
