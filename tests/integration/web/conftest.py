@@ -1,0 +1,90 @@
+"""Fixtures of the web console's tests: a real `rsched web` process on a free
+port, against the suite's test server and the test's namespace."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.support import RSCHED, Cli, free_port, rsched_env, stop_all, wait_for
+
+httpx = pytest.importorskip("httpx", reason="the web extra's tests need httpx")
+pytest.importorskip("starlette", reason="rsched web needs the web extra (starlette)")
+
+
+@dataclass
+class Web:
+    proc: subprocess.Popen[str]
+    base: str
+    token: str | None
+
+    def client(self, **kw: Any) -> Any:
+        return httpx.Client(base_url=self.base, timeout=10, follow_redirects=False, **kw)
+
+    def bearer(self) -> dict[str, str]:
+        assert self.token
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def log(self) -> str:
+        """What the server wrote on stderr so far (after it stopped)."""
+        stop_all([self.proc])
+        return self.proc.stderr.read() if self.proc.stderr and not self.proc.stderr.closed else ""
+
+
+def start_web(
+    cli: Cli, *args: str, token: str | None = None, env: dict[str, str] | None = None
+) -> Web:
+    port = free_port()
+    extra = dict(env or {})
+    if token is not None:
+        extra["RSCHED_WEB_TOKEN"] = token
+    proc = subprocess.Popen(
+        [*RSCHED, "web", "--port", str(port), *args],
+        env=rsched_env(cli.server, cli.namespace, **extra),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    cli.procs.append(proc)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"rsched web exited {proc.returncode}: {proc.stderr.read()}")  # type: ignore[union-attr]
+        try:
+            return httpx.get(base + "/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, timeout=20, what="rsched web to answer /healthz")
+    return Web(proc, base, token)
+
+
+@pytest.fixture
+def web(cli: Cli) -> Iterator[Web]:
+    """An open console (no token, loopback)."""
+    yield start_web(cli)
+
+
+@pytest.fixture
+def web_token(cli: Cli) -> Iterator[Web]:
+    yield start_web(cli, token="s3cret-" + os.urandom(6).hex())
+
+
+@pytest.fixture
+def csrf_of() -> Callable[[str], str]:
+    """The CSRF token embedded in a page's forms."""
+    import re
+
+    def get(html: str) -> str:
+        m = re.search(r'name="csrf_token" value="([^"]+)"', html)
+        assert m, "no CSRF token in the page"
+        return m.group(1)
+
+    return get
