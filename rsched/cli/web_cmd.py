@@ -3,13 +3,18 @@ serves :mod:`rsched.web` with uvicorn."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
 from rsched.cli.main import App, pass_app
-from rsched.core.errors import ConfigError
+from rsched.cli.params import AsciiIntRange
+from rsched.core.errors import ConfigError, ExitCode
 
 TOKEN_ENV = "RSCHED_WEB_TOKEN"
 
@@ -56,7 +61,7 @@ def _listen(host: str, port: int) -> socket.socket:
 )
 @click.option(
     "--port",
-    type=click.IntRange(1, 65535),
+    type=AsciiIntRange(1, 65535),
     default=8790,
     show_default=True,
     metavar="P",
@@ -120,7 +125,7 @@ def web(app: App, host: str, port: int, read_only: bool, token_file: str | None)
             + (", token required" if token else "")
             + ")"
         )
-        server = uvicorn.Server(
+        server = _server_class(uvicorn)(
             uvicorn.Config(
                 asgi,
                 log_level="warning",
@@ -132,3 +137,30 @@ def web(app: App, host: str, port: int, read_only: bool, token_file: str | None)
         server.run(sockets=[sock])
     finally:
         sock.close()
+    if getattr(server, "stopped_by", None) == signal.SIGINT:
+        raise SystemExit(int(ExitCode.INTERRUPTED))
+
+
+def _server_class(uvicorn: Any) -> Any:
+    """uvicorn's server, stopping on SIGTERM (exit 0) or SIGINT (exit 130) like
+    the run loops, instead of re-raising the signal at the end (uvicorn's own)."""
+
+    class Server(uvicorn.Server):  # type: ignore[misc, name-defined]
+        stopped_by: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            def stop(sig: int, frame: Any) -> None:
+                if getattr(self, "should_exit", False):  # a second signal: at once
+                    self.force_exit = True
+                self.stopped_by = sig
+                self.should_exit = True
+
+            old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, h in old.items():
+                    signal.signal(s, h)
+
+    return Server

@@ -54,6 +54,20 @@ class WebConfig:
     loopback: bool = True
 
 
+async def _form(request: Request) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body (what the pages' forms send;
+    parsed here: no multipart parser needed)."""
+    from urllib.parse import parse_qsl
+
+    raw = await request.body()
+    if len(raw) > 64 * 1024:
+        raise HttpError(413, "the form is larger than 64 KiB")
+    try:
+        return dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True))
+    except UnicodeDecodeError:
+        raise HttpError(400, "the form is not UTF-8") from None
+
+
 class HttpError(Exception):
     def __init__(self, status: int, message: str):
         self.status, self.message = status, message
@@ -89,6 +103,8 @@ def _env() -> Environment:
         local=lambda ms, tz: local_time(ms, tz) or "-",
         rel=relative,
         p=lambda v: "-" if v is None else printable(str(v)),
+        # several lines (an error, a run's output): each line made printable
+        block=lambda v: "\n".join(printable(x.replace("\t", "    ")) for x in str(v).split("\n")),
         pretty=lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True),
         q=lambda d: urlencode({k: v for k, v in d.items() if v not in (None, "")}),
     )
@@ -170,7 +186,9 @@ def create_app(
                     status_code=401,
                     headers={"WWW-Authenticate": 'Bearer realm="rsched"'},
                 )
-            form = "form" in request.headers.get("content-type", "")
+            form = request.headers.get("content-type", "").startswith(
+                "application/x-www-form-urlencoded"
+            )
             try:
                 body = await _body(request, form)
             except HttpError as exc:
@@ -181,7 +199,9 @@ def create_app(
             if not guard.csrf_ok(who, given if isinstance(given, str) else None):
                 return fail(request, who, 403, "missing or wrong CSRF token (X-CSRF-Token)")
             peer = request.client.host if request.client else "?"
-            target = " ".join(f"{k}={printable(str(v))}" for k, v in request.path_params.items())
+            named = {**request.path_params}
+            named.update({k: body[k] for k in ("queue", "type", "id") if k in body})
+            target = " ".join(f"{k}={printable(str(v))}" for k, v in named.items())
             try:
                 obj = await run_in_threadpool(fn, request, body)
             except (errors.RschedError, HttpError) as exc:
@@ -209,8 +229,7 @@ def create_app(
 
     async def _body(request: Request, form: bool) -> dict[str, Any]:
         if form:
-            data = await request.form()
-            return {k: v for k, v in data.items() if isinstance(v, str)}
+            return await _form(request)
         raw = await request.body()
         if not raw:
             return {}
@@ -258,8 +277,7 @@ def create_app(
     async def login(request: Request) -> Response:
         if not config.token:
             return RedirectResponse("/", status_code=303)
-        form = await request.form()
-        given = form.get("token")
+        given = (await _form(request)).get("token")
         if not isinstance(given, str) or not guard.check_token(given):
             peer = request.client.host if request.client else "?"
             log(f"rsched web: login refused from {peer}")

@@ -4,6 +4,7 @@ port, against the suite's test server and the test's namespace."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import RSCHED, Cli, free_port, rsched_env, stop_all, wait_for
+from tests.support import RSCHED, Cli, free_port, rsched_env, wait_for
 
 httpx = pytest.importorskip("httpx", reason="the web extra's tests need httpx")
 pytest.importorskip("starlette", reason="rsched web needs the web extra (starlette)")
@@ -22,6 +23,7 @@ class Web:
     proc: subprocess.Popen[str]
     base: str
     token: str | None
+    _log: str | None = None
 
     def client(self, **kw: Any) -> Any:
         return httpx.Client(base_url=self.base, timeout=10, follow_redirects=False, **kw)
@@ -31,9 +33,14 @@ class Web:
         return {"Authorization": f"Bearer {self.token}"}
 
     def log(self) -> str:
-        """What the server wrote on stderr so far (after it stopped)."""
-        stop_all([self.proc])
-        return self.proc.stderr.read() if self.proc.stderr and not self.proc.stderr.closed else ""
+        """Stop the server (SIGTERM: it exits 0) and return what it wrote on stderr."""
+        if self._log is None:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            _, err = self.proc.communicate(timeout=15)
+            assert self.proc.returncode == 0, err
+            self._log = err
+        return self._log
 
 
 def start_web(
