@@ -10,6 +10,7 @@ with a redirect back to the page it came from) and is logged with who made it.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -557,9 +558,13 @@ class _Headers:
                 await _with_headers(resp)(scope, receive, send)
                 return
 
+        t0 = time.perf_counter()
+
         async def send_with(message: Any) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
+                took = (time.perf_counter() - t0) * 1000
+                headers.append((b"server-timing", f"app;dur={took:.1f}".encode()))
                 have = {k.lower() for k, _ in headers}
                 for k, v in HEADERS.items():
                     if k.lower().encode() not in have:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 SNAPSHOT_TTL_S = 2.0
 DOCTOR_TTL_S = 60.0
 #: how often console.js reloads the live part of a page (seconds)
-POLL_S = 10
+POLL_S = 15
 #: latest runs on the overview
 LATEST_RUNS = 15
 
@@ -69,7 +69,7 @@ class Console:
             "queues": tasks.queue_stats(rs),
             "crons": list_crons(rs),
             "locks": list_locks(rs),
-            "runs": history.read(rs, limit=LATEST_RUNS),
+            "runs": history.read(rs, limit=LATEST_RUNS, logs=False),
         }
 
     def doctor(self) -> list[Any]:
