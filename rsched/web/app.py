@@ -351,7 +351,8 @@ def create_app(
         except errors.RschedError:
             ticks = []
         runs = await threaded(con.history, name, None, 50)
-        return render(request, "cron.html", who, c=c, ticks=ticks, runs=runs)
+        live = await threaded(con.running_token, name) if c.running else None
+        return render(request, "cron.html", who, c=c, ticks=ticks, runs=runs, live=live)
 
     async def run_page(request: Request, who: Who) -> Response:
         from rsched.core import validate
@@ -406,11 +407,9 @@ def create_app(
         return JSONResponse([r.to_json() for r in rows])
 
     def _events(limit: int) -> list[Any]:
-        events = getattr(rs, "events", None)
-        if events is None:
+        if not con.has_events:
             raise HttpError(501, "events are not available in this version of rsched")
-        rows = events(limit=limit)
-        return [r.to_json() if hasattr(r, "to_json") else r for r in rows]
+        return con.events(limit)
 
     async def api_events(request: Request, who: Who) -> Response:
         rows = await threaded(_events, limit_of(request, 100, 100_000))

@@ -24,6 +24,8 @@ DOCTOR_TTL_S = 60.0
 POLL_S = 15
 #: latest runs on the overview
 LATEST_RUNS = 15
+#: recent events on the overview
+LATEST_EVENTS = 10
 
 
 class Cache:
@@ -70,7 +72,18 @@ class Console:
             "crons": list_crons(rs),
             "locks": list_locks(rs),
             "runs": history.read(rs, limit=LATEST_RUNS, logs=False),
+            "events": self.events(LATEST_EVENTS) if self.has_events else None,
         }
+
+    @property
+    def has_events(self) -> bool:
+        return hasattr(self.rs, "events")
+
+    def events(self, limit: int) -> list[Any]:
+        """The newest events (``Rsched.events``, the operator-surface's event
+        stream), as ``--json`` objects; callers check :attr:`has_events`."""
+        rows = self.rs.events(limit=limit)  # type: ignore[attr-defined]
+        return [r.to_json() if hasattr(r, "to_json") else r for r in rows]
 
     def doctor(self) -> list[Any]:
         from rsched.tools.doctor import run_checks
@@ -121,9 +134,32 @@ class Console:
         return history.read(self.rs, name, queue=queue, limit=limit)
 
     def run_log(self, name: str, token: str) -> dict[str, Any]:
+        """A finished run's kept log, or what a running one wrote so far
+        (``live``: true; the page refreshes it)."""
+        from rsched.core.errors import NotFound
         from rsched.tools import logs
 
-        return logs.runs(self.rs, name, token=token)[0]
+        try:
+            return {**logs.runs(self.rs, name, token=token)[0], "live": False}
+        except NotFound:
+            got = logs.running(self.rs, name, token=token)
+            if got is None:
+                raise
+            keys, tok = got
+            return {
+                "token": tok,
+                "result": "running",
+                "live": True,
+                "truncated": False,
+                **logs.so_far(self.rs, keys, tok),
+            }
+
+    def running_token(self, name: str) -> str | None:
+        """The token of the cron's run in progress, if any."""
+        from rsched.tools import logs
+
+        got = logs.running(self.rs, name)
+        return got[1] if got else None
 
     def locks(self, pattern: str | None = None) -> list[Any]:
         from rsched.locks.admin import list_locks

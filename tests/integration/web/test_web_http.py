@@ -367,3 +367,30 @@ def test_payloads_are_escaped_in_the_html(cli: Cli, rs: Rsched) -> None:
             assert "\x1b" not in r.text
         assert c.get("/api/tasks").json()[0]["payload"] == {"html": evil, "esc": "\x1b[31mred"}
     assert json.dumps(evil)  # the JSON API keeps the data as it is
+
+
+def test_a_running_cron_shows_its_output_so_far(cli: Cli, rs: Rsched) -> None:
+    cli.spawn(
+        "run", "cron", "web.slow", "--schedule", "* * * * * *", "--",
+        "sh", "-c", "echo started-$RSCHED_FENCING_TOKEN; sleep 30",
+    )  # fmt: skip
+    w = start_web(cli)
+    with w.client() as c:
+
+        def live_link() -> str | None:
+            m = re.search(
+                r'id="live-run" href="(/crons/web.slow/runs/(\d+))"', c.get("/crons/web.slow").text
+            )
+            return m.group(1) if m else None
+
+        wait_for(live_link, timeout=20, what="the cron page to link its running run")
+        url = live_link()
+        assert url is not None
+        tok = url.rsplit("/", 1)[1]
+        wait_for(
+            lambda: f"started-{tok}" in c.get(url).text,
+            timeout=20,
+            what="the run's output so far",
+        )
+        page = c.get(url).text
+        assert "Running: the output so far" in page and 'data-poll="3"' in page
