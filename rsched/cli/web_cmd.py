@@ -97,6 +97,8 @@ def web(app: App, host: str, port: int, read_only: bool, token_file: str | None)
             f"--token-file F or {TOKEN_ENV} (or listen on 127.0.0.1)"
         )
     require()
+    if token and len(token) < 16:
+        app.info("rsched web: warning: the token has fewer than 16 characters (easy to guess)")
     sock = _listen(host, port)
     try:
         import uvicorn

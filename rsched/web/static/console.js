@@ -32,5 +32,7 @@
     if (q && !window.confirm(q)) ev.preventDefault();
   });
 
+  // (also on demand: document.dispatchEvent(new Event("rsched:refresh")))
+  document.addEventListener("rsched:refresh", refresh);
   if (every > 0) window.setInterval(refresh, every * 1000);
 })();

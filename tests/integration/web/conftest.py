@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,21 +77,3 @@ def start_web(
 def web(cli: Cli) -> Iterator[Web]:
     """An open console (no token, loopback)."""
     yield start_web(cli)
-
-
-@pytest.fixture
-def web_token(cli: Cli) -> Iterator[Web]:
-    yield start_web(cli, token="s3cret-" + os.urandom(6).hex())
-
-
-@pytest.fixture
-def csrf_of() -> Callable[[str], str]:
-    """The CSRF token embedded in a page's forms."""
-    import re
-
-    def get(html: str) -> str:
-        m = re.search(r'name="csrf_token" value="([^"]+)"', html)
-        assert m, "no CSRF token in the page"
-        return m.group(1)
-
-    return get

@@ -67,6 +67,17 @@ def test_pause_a_cron_from_the_overview(browser: Any, cli: Cli, rs: Rsched) -> N
     page.wait_for_url(w.base + "/")
     assert "paused" in page.locator("#cron-nightly\\.report .state").inner_text()
     assert cli.json("crons")[0]["paused"] is True
+    # the live refresh: a change made elsewhere shows up without reloading the page
+    cli("resume", "nightly.report", check=0)
+    # (the overview's snapshot is shared for 2 s: refresh until the change shows)
+    state = page.locator("#cron-nightly\\.report .state")
+
+    def refreshed() -> bool:
+        page.evaluate("document.dispatchEvent(new Event('rsched:refresh'))")
+        page.wait_for_timeout(300)
+        return "active" in state.inner_text()
+
+    wait_for(refreshed, timeout=15, what="the live refresh to show the resumed cron")
     assert errors == []  # no CSP violation, no script error
     runner.terminate()
     page.close()
