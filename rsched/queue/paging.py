@@ -18,8 +18,9 @@ A type filter reads at most :data:`SCAN_BUDGET` members per page and then
 hands back a cursor, so a rare type never makes one request read a whole
 queue (such a page may be short, with a next page).
 
-Measured on a 1,000,000-task queue (``tests/integration/web/bench_web.py``):
-see the web console's module docstring.
+Measured on a 1,000,000-task queue (``tests/integration/web/bench_web.py``,
+median of 25): the console's queue page renders in 6.1 ms (first page) and
+3.6 ms (a cursor at the middle of the queue); ``/api/tasks?limit=100`` 2.1 ms.
 """
 
 from __future__ import annotations
