@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel check completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top unlock' ;;
+    'rsched') echo 'add bench cancel check completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top unlock web' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -48,6 +48,7 @@ _rsched_options() {
     'rsched show') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched top') echo '--interval --once --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched unlock') echo '--token --force --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched web') echo '--host --port --read-only --token-file -v --verbose -q --quiet -h --help' ;;
   esac
 }
 
@@ -88,6 +89,7 @@ _rsched_value_options() {
     'rsched show') echo '--queue --format' ;;
     'rsched top') echo '--interval --format' ;;
     'rsched unlock') echo '--token --format' ;;
+    'rsched web') echo '--host --port --token-file' ;;
   esac
 }
 

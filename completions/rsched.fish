@@ -5,7 +5,7 @@
 function __rsched_subcommands
     switch $argv[1]
         case 'rsched'
-            printf '%s\n' 'add' 'bench' 'cancel' 'check' 'completion' 'crons' 'dead' 'demo' 'doctor' 'exec' 'forget' 'history' 'list' 'locks' 'logs' 'man' 'metrics' 'next' 'pause' 'purge' 'queues' 'requeue-stale' 'resume' 'retry' 'run' 'server' 'show' 'top' 'unlock'
+            printf '%s\n' 'add' 'bench' 'cancel' 'check' 'completion' 'crons' 'dead' 'demo' 'doctor' 'exec' 'forget' 'history' 'list' 'locks' 'logs' 'man' 'metrics' 'next' 'pause' 'purge' 'queues' 'requeue-stale' 'resume' 'retry' 'run' 'server' 'show' 'top' 'unlock' 'web'
         case 'rsched run'
             printf '%s\n' 'consumer' 'cron' 'expired'
         case 'rsched server'
@@ -85,6 +85,8 @@ function __rsched_value_options
             printf '%s\n' '--interval' '--format'
         case 'rsched unlock'
             printf '%s\n' '--token' '--format'
+        case 'rsched web'
+            printf '%s\n' '--host' '--port' '--token-file'
     end
 end
 
@@ -148,6 +150,7 @@ complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'server' -d 'Run an embedde
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'show' -d 'One task: state, due time, attempts, payload, last error (exit 3 if absent).'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'top' -d 'Live dashboard of queues, crons (next fire counting down), locks and the...'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'unlock' -d 'Release a lock (or a cron\'s run lock).'
+complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'web' -d 'The web console: queues, crons, locks, history and events, with actions.'
 complete -c rsched -n '__rsched_is \'rsched\'' -l 'redis-url' -x -d 'redis://, rediss:// (TLS), unix:// or redis+sentinel://H1:26379,H2:26379/SERVICE/DB URL [env RSCHED_REDIS_URL, REDIS_URL; default redis://localhost:6379/0]'
 complete -c rsched -n '__rsched_is \'rsched\'' -l 'namespace' -x -d 'Key prefix [env RSCHED_NAMESPACE; default rsched]'
 complete -c rsched -n '__rsched_is \'rsched\'' -l 'config' -x -d 'TOML config [env RSCHED_CONFIG; default ./rsched.toml, then $XDG_CONFIG_HOME/rsched/config.toml]'
@@ -452,3 +455,10 @@ complete -c rsched -n '__rsched_is \'rsched unlock\'' -l 'json' -d 'Print JSON (
 complete -c rsched -n '__rsched_is \'rsched unlock\'' -s 'v' -l 'verbose' -d 'More detail on stderr (same as rsched -v)'
 complete -c rsched -n '__rsched_is \'rsched unlock\'' -s 'q' -l 'quiet' -d 'Only errors on stderr (same as rsched -q)'
 complete -c rsched -n '__rsched_is \'rsched unlock\'' -s 'h' -l 'help' -d 'Show this message and exit'
+complete -c rsched -n '__rsched_is \'rsched web\'' -l 'host' -x -d 'Address to listen on'
+complete -c rsched -n '__rsched_is \'rsched web\'' -l 'port' -x -d 'Port to listen on (1-65535)'
+complete -c rsched -n '__rsched_is \'rsched web\'' -l 'read-only' -d 'Show everything, change nothing: every action answers 403'
+complete -c rsched -n '__rsched_is \'rsched web\'' -l 'token-file' -x -d 'File holding the token that pages and the API need (else $RSCHED_WEB_TOKEN)'
+complete -c rsched -n '__rsched_is \'rsched web\'' -s 'v' -l 'verbose' -d 'More detail on stderr (same as rsched -v)'
+complete -c rsched -n '__rsched_is \'rsched web\'' -s 'q' -l 'quiet' -d 'Only errors on stderr (same as rsched -q)'
+complete -c rsched -n '__rsched_is \'rsched web\'' -s 'h' -l 'help' -d 'Show this message and exit'

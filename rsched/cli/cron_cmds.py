@@ -385,27 +385,15 @@ def unlock(app: App, name: str, token: str | None, force: bool) -> None:
 
     With --json: {"name": NAME, "released": true, "token": N} (the released fencing token).
     """
-    from rsched.core.errors import Conflict, NotFound
-    from rsched.locks.admin import unlock as do_unlock
+    from rsched.tools import actions
 
     if token and force:
         raise BadInput("--force", "give either --token or --force, not both")
-    try:
-        tok = do_unlock(app.rs, name, token, force)
-    except NotFound:
-        raise NotFound(f'no lock "{name}" is held') from None
-    except Conflict as exc:
-        text = str(exc)
-        text = (
-            f'lock "{name}"{text[len("the lock") :]}'
-            if text.startswith("the lock ")
-            else f'lock "{name}": {text}'
-        )
-        raise Conflict(text) from None
+    obj, note = actions.unlock(app.rs, name, token, force)
     if app.json:
-        emit_json({"name": name, "released": True, "token": tok})
+        emit_json(obj)
     else:
-        app.info(f'released lock "{name}" (fencing token {tok})')
+        app.info(note)
 
 
 # --- crons / pause / resume -----------------------------------------------------------------
@@ -469,43 +457,12 @@ def next_cmd(app: App, what: str, tz: str | None, dialect: str | None, count: in
     that is neither in the config file nor registered exits 3. JSON rows: fire_at,
     fire_ms, local (ISO 8601 with its offset), offset.
     """
-    import time
-
-    from rsched.core import cronexpr
-    from rsched.core.errors import NotFound
-    from rsched.core.timeutil import iso, local_parts
+    from rsched.tools import actions
 
     if not 1 <= count <= 1000:
         raise BadInput("-n", f"{count} is not 1-1000 (how many ticks to show)")
-    name_like = len(what.split()) == 1 and not what.startswith("@")
-    if name_like:
-        cfg = app.settings.crons.get(what)
-        if isinstance(cfg, dict) and cfg.get("schedule"):
-            expr, ztz, zd = cfg["schedule"], cfg.get("tz", "UTC"), cfg.get("dialect")
-        else:
-            from rsched.core.validate import name as check_name
-
-            check_name(what, "NAME")
-            st = app.rs.redis.hgetall(app.rs.keys.cron(what).state)
-            if not st.get("schedule"):
-                raise NotFound(
-                    f"no cron named {what!r}: not a [cron.{what}] of the config file, and no "
-                    "runner registered it (an expression has 5, 6 or 7 fields, or is @daily...)"
-                )
-            expr, ztz, zd = st["schedule"], st.get("tz") or "UTC", st.get("dialect")
-        field = "NAME"
-    else:
-        expr, ztz, zd, field = what, "UTC", None, "--schedule"
-    sched = cronexpr.parse(expr, tz or ztz, field=field, dialect=dialect or zd, tz_field="--tz")
-    t = int(time.time() * 1000)
-    rows = []
-    for _ in range(count):
-        try:
-            t = sched.next_after(t)
-        except BadInput:
-            break  # a Quartz year list that ends
-        local, offset = local_parts(t, sched.tz)
-        rows.append({"fire_at": iso(t), "fire_ms": t, "local": local, "offset": offset})
+    sched = actions.schedule_of(lambda: app.rs, app.settings.crons, what, tz, dialect)
+    rows = actions.next_ticks(sched, count)
     if app.fmt != "json" and not app.quiet:
         app.info(f"{sched.expr!r} ({sched.dialect}, {sched.tz})")
     table(
@@ -540,34 +497,9 @@ def _pause_resume(
 
 
 def _switch(app: App, name: str | None, queue: str | None, pausing: bool, create: bool) -> None:
-    rs = app.rs
-    if queue is not None:
-        from rsched.queue import ops as tasks
+    from rsched.tools import actions
 
-        if pausing:
-            known = tasks.pause(rs, queue, create=create)
-            obj: dict[str, Any] = {"queue": queue, "paused": True, "known": known}
-            note = f'queue "{queue}" paused' + (
-                "" if known else " (a new queue: no task was added to it yet)"
-            )
-        else:
-            was = tasks.resume(rs, queue, create=create)
-            obj = {"queue": queue, "paused": False, "was_paused": was}
-            note = f'queue "{queue}" resumed' if was else f'queue "{queue}" was not paused'
-    else:
-        from rsched.cron import admin as cron
-
-        assert name is not None
-        if pausing:
-            known = cron.pause(rs, name, create=create)
-            obj = {"name": name, "paused": True, "known": known}
-            note = f'cron "{name}" paused: its ticks are recorded as skipped' + (
-                "" if known else " (no runner has registered it yet)"
-            )
-        else:
-            was = cron.resume(rs, name, create=create)
-            obj = {"name": name, "paused": False, "was_paused": was}
-            note = f'cron "{name}" resumed' if was else f'cron "{name}" was not paused'
+    obj, note = actions.switch(app.rs, name, queue, pausing, create)
     if app.json:
         emit_json(obj)
     else:

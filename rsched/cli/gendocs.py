@@ -681,6 +681,10 @@ _ENVIRONMENT = [
         "RSCHED_TLS_CA, RSCHED_TLS_CERT, RSCHED_TLS_KEY",
         "CA bundle, client certificate and key for rediss:// URLs.",
     ),
+    (
+        "RSCHED_WEB_TOKEN",
+        "The token of rsched web's pages and API (when no --token-file); empty: none.",
+    ),
     ("NO_COLOR", "When set, no colour in any output."),
     (
         "RSCHED_GUARDIAN",

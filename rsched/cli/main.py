@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "demo": "rsched.cli.demo_cmd:demo",
     "top": "rsched.cli.top_cmd:top",
     "bench": "rsched.cli.bench_cmd:bench",
+    "web": "rsched.cli.web_cmd:web",
     "completion": "rsched.cli.docs_cmd:completion",
     "man": "rsched.cli.docs_cmd:man_cmd",
 }

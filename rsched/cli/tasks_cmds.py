@@ -368,14 +368,13 @@ def cancel(
             raise BadInput(flag, "goes with --all (one task: rsched cancel TYPE ID)")
     if task_type is None or task_id is None:
         raise BadInput("TYPE", "give the task's TYPE and ID (or --all --type T)")
-    was = tasks.cancel_ref(app.rs, task_ref(task_type, task_id, queue))
+    from rsched.tools import actions
+
+    obj, note = actions.cancel(app.rs, task_ref(task_type, task_id, queue))
     if app.fmt == "json":
-        render.emit_json(
-            {"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was}
-        )
+        render.emit_json(obj)
     else:
-        note = "; its handler is being stopped" if was == "processing" else ""
-        click.echo(f"cancelled {task_type} {task_id} in queue {queue} (was {was}{note})")
+        click.echo(note)
 
 
 @click.command("list")
@@ -546,25 +545,19 @@ def retry(
     app: App, task_type: str | None, task_id: str | None, queue: str | None, all_: bool
 ) -> None:
     """Move a dead task (or --all) back to due, attempts reset."""
-    from rsched.core import validate
-    from rsched.queue import ops as tasks
+    from rsched.tools import actions
 
     if all_ == bool(task_type or task_id):
         raise BadInput("TYPE ID", "give TYPE ID or --all")
-    if queue is not None:
-        validate.queue(queue)
-    if all_:
-        n = tasks.retry_all(app.rs, queue)
-    else:
-        if not task_type or not task_id:
-            raise BadInput("TYPE ID", "both are required (or --all)")
-        validate.task_type(task_type)
-        validate.task_id(task_id)
-        n = tasks.retry(app.rs, queue or "default", [(task_type, task_id)])
+    if not all_ and (not task_type or not task_id):
+        raise BadInput("TYPE ID", "both are required (or --all)")
+    task = None if all_ else (task_type or "", task_id or "")
+    actions.check_retry(queue, task)
+    obj, note = actions.retry(app.rs, queue, task)
     if app.fmt == "json":
-        render.emit_json({"retried": n})
+        render.emit_json(obj)
     else:
-        click.echo(f"retried {n}")
+        click.echo(note)
 
 
 @click.command()
@@ -582,15 +575,15 @@ def purge(app: App, dead_: bool, older_than: str | None, queue: str | None) -> N
     """Delete dead tasks for good."""
     from rsched.core import validate
     from rsched.core.timeutil import parse_duration
-    from rsched.queue import ops as tasks
+    from rsched.tools import actions
 
     if not dead_:
         raise BadInput("--dead", "purge only deletes dead tasks; say --dead")
     older = parse_duration(older_than, "--older-than") if older_than is not None else None
     if queue is not None:
         validate.queue(queue)
-    n = tasks.purge_dead(app.rs, queue, older)
+    obj, note = actions.purge_dead(app.rs, queue, older)
     if app.fmt == "json":
-        render.emit_json({"purged": n})
+        render.emit_json(obj)
     else:
-        click.echo(f"purged {n}")
+        click.echo(note)

@@ -166,7 +166,7 @@ def _add_result(
 ) -> AddResult:
     if reply[0] == "kept":
         status, state, _, now, raw, score = reply
-        task = _decode(rs, spec.queue, spec.member, raw, state, float(score))
+        task = decode_task(rs, spec.queue, spec.member, raw, state, float(score))
         assert task is not None
     else:
         status, due, now = reply
@@ -213,7 +213,7 @@ def cancel_ref(rs: Context, ref: TaskRef) -> str:
 _REC_DEFAULTS = ["null", 0, 0, "", "", None]
 
 
-def _decode(
+def decode_task(
     rs: Context, queue: str, m: str, raw: str | None, state: str, score: float | None
 ) -> Task | None:
     if raw is None:
@@ -278,7 +278,7 @@ def show_ref(rs: Context, ref: TaskRef) -> Task:
         state, score = "dead", d
     else:
         state, score = "orphan", None
-    task = _decode(rs, queue, m, raw, state, score)
+    task = decode_task(rs, queue, m, raw, state, score)
     assert task is not None
     return task
 
@@ -347,7 +347,7 @@ def _list_stored(
         if rows:
             raws = rs.redis.hmget(q.tasks, [m for m, _ in rows])
             for (m, sc), raw in zip(rows, raws, strict=True):
-                t = _decode(rs, queue, m, raw, st, sc)
+                t = decode_task(rs, queue, m, raw, st, sc)
                 if t is not None and len(out) < limit:
                     out.append(t)
         if len(out) >= limit:

@@ -159,8 +159,10 @@ def read(
     failed: bool = False,
     limit: int = 50,
     result: str | None = None,
+    logs: bool = True,
 ) -> list[Record]:
-    """The newest ``limit`` records (merged over streams), newest first."""
+    """The newest ``limit`` records (merged over streams), newest first.
+    ``logs=False`` leaves :attr:`Record.has_log` unset (saves a command per record)."""
     if limit < 1:
         from rsched.core.errors import BadInput
 
@@ -178,7 +180,8 @@ def read(
         out.append(rec)
         if len(out) >= limit:
             break
-    mark_logs(rs, out)
+    if logs:
+        mark_logs(rs, out)
     return out
 
 

@@ -172,3 +172,17 @@ def follow(
         idle += 1
         if idle >= 2 and not alive():  # ended, wrote nothing, kept no log
             return
+
+
+def so_far(rs: Rsched, keys: Any, token: str, count: int = 10_000) -> dict[str, str]:
+    """What run ``token`` wrote so far, from its live stream (one ``XRANGE``, no
+    blocking): ``{"stdout", "stderr", "ended"}`` (ended: the stream's ``end``)."""
+    out = {"stdout": "", "stderr": ""}
+    ended = False
+    for _eid, fields in rs.redis.xrange(keys.live(token), count=count):
+        if "end" in fields:
+            ended = True
+            break
+        s = "stderr" if fields.get("s") == "stderr" else "stdout"
+        out[s] += str(fields.get("d", ""))
+    return {**out, "ended": ended}  # type: ignore[dict-item]
