@@ -569,7 +569,8 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 
 # === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
-#     cron-pause-2, cron-shard-7, cron-forget-9 ================================
+#     cron-pause-2, cron-shard-7, cron-forget-9,
+#     cron-trigger-5, cron-trigger-claim-8 ========================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
 # on one connection and the reply says how many replicas acknowledged it.)
@@ -769,6 +770,71 @@ def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
         ["1" if force else "0"],
     )
     return CronForgetReply(str(res[0]) == "live", int(res[1]), int(res[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class CronTriggerReply:
+    """What ``cron-trigger-5`` answers: the status (see its header), the server's
+    clock and the cron's live runners."""
+
+    status: str
+    now_ms: int
+    live_runners: int
+
+
+def cron_trigger(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    request: Mapping[str, Any],
+    ttl_ms: int,
+    after: str = "",
+    entry: str = "",
+) -> CronTriggerReply:
+    """``cron-trigger-5``: queue a run request (``request``: id, by, cause[,
+    after_token]) that expires after ``ttl_ms``; ``after``: the name of the cron A
+    whose history record ``entry`` this request follows (once per record)."""
+    res = ctx.scripts(
+        "cron-trigger-5",
+        [k.state, k.paused, k.runners, k.triggers, k.trigger_wake],
+        [_cron_json(request), ttl_ms, f"after:{after}" if after else "", entry],
+    )
+    return CronTriggerReply(str(res[0]), int(res[1]), int(res[2]))
+
+
+def cron_trigger_claim(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    request: str,
+    request_id: str,
+    owner: str,
+    ttl_ms: int,
+    host: str,
+    pid: int,
+    concurrency: str,
+    history_maxlen: int,
+    name: str,
+) -> CronTickReply:
+    """``cron-trigger-claim-8``: claim the queued request ``request`` (its member
+    text) and apply the cron's policies at the server's now: status 'run' (with
+    the token), 'replace', 'skipped', 'paused', 'expired' or 'gone'."""
+    res = ctx.scripts(
+        "cron-trigger-claim-8",
+        [
+            k.triggers,
+            k.trigger_reply(request_id),
+            k.state,
+            k.run_lock,
+            k.fence,
+            k.paused,
+            k.history,
+            k.wake,
+        ],
+        [request, owner, ttl_ms, host, pid, concurrency, history_maxlen, name],
+    )
+    st = str(res[0])
+    return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None)
 
 
 # === end of cron ==============================================================
