@@ -329,11 +329,11 @@ def run_cron(
 
     own = {sp.name: list(sp.after) for sp in specs}
     conf = {n: list(t.get("after", ())) for n, t in (app.settings.crons or {}).items()}
-    check_cycles({**conf, **own})  # exit 2 before anything connects
+    check_cycles({**conf, **own}, list(own))  # exit 2 before anything connects
     rs = app.rs  # connects (exit 69 when unreachable at start)
     if any(sp.after for sp in specs):
         seen = registered_after(rs, [a for sp in specs for a in sp.after])
-        check_cycles({**seen, **conf, **own})
+        check_cycles({**seen, **conf, **own}, list(own))
     start_loop(app, metrics_port)
     stop = threading.Event()
     interrupted: list[int] = []

@@ -311,8 +311,11 @@ class AfterFollower:
 
 
 # --- cycles -------------------------------------------------------------------------------
-def check_cycles(edges: Mapping[str, Sequence[str]], field: str = "--after") -> None:
-    """Refuse (BadInput, exit 2) a cycle in the ``B -> [A...]`` "runs after" graph."""
+def check_cycles(
+    edges: Mapping[str, Sequence[str]], roots: Sequence[str] = (), field: str = "--after"
+) -> None:
+    """Refuse (BadInput, exit 2) a cycle in the ``B -> [A...]`` "runs after" graph;
+    searched from ``roots`` first (the crons being started: the message starts there)."""
     state: dict[str, int] = {}
     path: list[str] = []
 
@@ -330,7 +333,7 @@ def check_cycles(edges: Mapping[str, Sequence[str]], field: str = "--after") -> 
         path.pop()
         state[n] = 2
 
-    for n in sorted(edges):
+    for n in [*roots, *sorted(edges)]:
         if n not in state:
             visit(n)
 
