@@ -304,6 +304,11 @@ class LockKeys:
         return f"{self.prefix}:wake"
 
     @property
+    def stats(self) -> str:
+        """HASH: the run-duration histogram of the lock's recorded runs (``exec``)."""
+        return f"{self.prefix}:stats"
+
+    @property
     def logs(self) -> str:
         """HASH run token -> run log JSON (stdout, stderr, truncated)."""
         return f"{self.prefix}:logs"

@@ -852,7 +852,7 @@ def cron_trigger_claim(
 # === end of cron ==============================================================
 
 
-# === locks: lock-acquire-2, lock-renew-1, lock-release-3, lock-unlock-2,
+# === locks: lock-acquire-2, lock-renew-1, lock-release-4, lock-unlock-2,
 #     exec-acquire-3 ===========================================================
 # (The keys are :class:`rsched.core.keys.LockKeys`; renewal and an operator's
 # release take the lock key itself, since a cron's run lock is one too.)
@@ -924,12 +924,12 @@ def lock_release(
     record: Mapping[str, Any] | None,
     keep_ms: int,
 ) -> bool:
-    """``lock-release-3``: release ``owner``'s lock, wake one waiter (the wake-up
+    """``lock-release-4``: release ``owner``'s lock, wake one waiter (the wake-up
     stays ``keep_ms``), append ``record`` (JSON-encoded here; None: no record).
     Whether it was released."""
     res = ctx.scripts(
-        "lock-release-3",
-        [k.lock, k.history, k.wake],
+        "lock-release-4",
+        [k.lock, k.history, k.wake, k.stats],
         [
             owner,
             history_maxlen if record else 0,
