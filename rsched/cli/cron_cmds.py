@@ -328,7 +328,11 @@ def run_cron(
     from rsched.cron.trigger import check_cycles, registered_after
 
     own = {sp.name: list(sp.after) for sp in specs}
-    conf = {n: list(t.get("after", ())) for n, t in (app.settings.crons or {}).items()}
+    conf = {
+        n: list(t["after"])
+        for n, t in (app.settings.crons or {}).items()
+        if isinstance(t, dict) and isinstance(t.get("after"), list)
+    }
     check_cycles({**conf, **own}, list(own))  # exit 2 before anything connects
     rs = app.rs  # connects (exit 69 when unreachable at start)
     if any(sp.after for sp in specs):

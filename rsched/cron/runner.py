@@ -242,9 +242,19 @@ class CronRunner:
             pass
 
     # --- the loop --------------------------------------------------------------------
+    def _interrupt_at_stop(self) -> None:
+        """The idle wait blocks in Redis (XREAD): end it as soon as ``stop`` is set."""
+        self.stop.wait()
+        self.inbox.close()
+        for f in self._followers:
+            f.close()
+
     def run(self) -> None:
         backoff = 0.2
         registered = False
+        threading.Thread(
+            target=self._interrupt_at_stop, daemon=True, name=f"rsched-stop-{self.spec.name}"
+        ).start()
         while not self.stop.is_set():
             try:
                 if not registered:
@@ -594,14 +604,6 @@ def run_runners(
     for t in threads:
         t.start()
 
-    def interrupt() -> None:  # a runner's idle wait blocks in Redis: end it at stop
-        stop.wait()
-        for r in runners:
-            r.inbox.close()
-            for f in r._followers:
-                f.close()
-
-    threading.Thread(target=interrupt, daemon=True, name="rsched-cron-stop").start()
     systemd.ready(f"cron runner for {', '.join(r.spec.name for r in runners)}")
     wd = systemd.watchdog_interval_s()
     tick = min(1.0, wd / 2) if wd else 1.0

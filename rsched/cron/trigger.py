@@ -235,12 +235,16 @@ class AfterFollower:
         return self
 
     def _cursor(self) -> str:
+        """B's shared cursor on A; the first runner of B ever sets it to A's newest
+        record (from then on, runs of A while B is down are caught up on)."""
         r = self.r
-        cur = r.rs.redis.hget(r.k.state, f"after:{self.after}")
+        field = f"after:{self.after}"
+        cur = r.rs.redis.hget(r.k.state, field)
         if cur is not None:
             return _s(cur)
         got = r.rs.redis.xrevrange(self.ak.history, count=1)
-        return _s(got[0][0]) if got else "0-0"
+        r.rs.redis.hsetnx(r.k.state, field, _s(got[0][0]) if got else "0-0")
+        return _s(r.rs.redis.hget(r.k.state, field) or "0-0")
 
     def run(self) -> None:
         r = self.r

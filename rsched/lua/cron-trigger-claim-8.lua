@@ -46,7 +46,7 @@ local function note(result, err)
   history(KEYS[7], maxlen, rec)
 end
 local function answer(t)
-  redis.call('RPUSH', KEYS[2], cjson.encode(t))
+  redis.call('LPUSH', KEYS[2], cjson.encode(t))
   redis.call('PEXPIRE', KEYS[2], 60000)
 end
 if tonumber(req['exp'] or now) < now then

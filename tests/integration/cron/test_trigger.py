@@ -123,3 +123,23 @@ def test_a_request_no_runner_takes_is_withdrawn_and_reported(
     assert got["result"] == "ok"
     assert len(lines(log)) == 1
     assert stop_all([p]) == [0]
+
+
+def test_trigger_under_replace_stops_the_running_job_and_takes_its_place(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    flag, log = tmp_path / "flag", tmp_path / "fired"
+    cmd = job(log, f"test -e {flag} || exec sleep 30")
+    p = spawn_runner(cli, tmp_path, "swap", YEARLY, cmd, "--concurrency", "replace")
+    _live(cli, "swap", 1)
+    first = cli.json("trigger", "swap")
+    assert first["status"] == "run"
+    wait_for(lambda: lines(log), timeout=10, what="the first run")
+    flag.touch()
+    second = cli.json("trigger", "swap", "--wait", "--timeout", "30s")
+    assert second["status"] == "replace" and second["result"] == "ok", second
+    recs = {r["token"]: r for r in history(cli, "swap")}
+    assert recs[first["token"]]["result"] == "failed"  # stopped to make room
+    assert recs[second["token"]]["cause"] == "manual"
+    assert second["token"] > first["token"]
+    assert stop_all([p]) == [0]
