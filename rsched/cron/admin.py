@@ -179,7 +179,7 @@ def list_crons(rs: Context) -> list[CronInfo]:
         out.append(
             CronInfo(
                 n,
-                st.get("schedule"),
+                st.get("schedule") or None,  # "" for a cron that only runs --after
                 st.get("tz"),
                 nxt,
                 int(lf) if lf else None,

@@ -206,7 +206,11 @@ class CronRunner:
             (s.schedule.expr, s.schedule.tz, s.schedule.dialect) if s.schedule else ("", "UTC", "")
         )
         mine = (expr, tz, dialect)
-        theirs = (before[0], before[1], before[3] or cronexpr.dialect_of(before[0] or "", None))
+        theirs = (
+            before[0],
+            before[1],
+            before[3] or (cronexpr.dialect_of(before[0], None) if before[0] else ""),
+        )
         if before[0] is not None and theirs != mine:
             self.log(
                 f"cron {s.name}: warning: runner {before[2]} registered it with schedule "

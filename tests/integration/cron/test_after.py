@@ -70,8 +70,12 @@ def test_b_runs_once_per_ok_run_of_a_across_three_runners(
     assert all(r["cause"] == "after extract" for r in recs), recs
     # The failed run of A started nothing; each ok one exactly one run of B.
     assert len(lines(blog)) == 2, lines(blog)
+    row = next(r for r in cli.json("crons") if r["name"] == "load")
+    assert row["schedule"] is None and row["next_fire_at"] is None
     assert stop_all([a, *bs]) == [0, 0, 0, 0]
     assert len(lines(blog)) == 2
+    logs = [f.read_text() for f in tmp_path.glob("runner-load-*.log")]
+    assert len(logs) == 3 and not any("warning" in t for t in logs), logs
 
 
 def test_a_run_while_b_was_down_is_caught_up_once(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
