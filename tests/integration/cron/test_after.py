@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from rsched.api import Rsched
+from tests.clusters import Cluster, ClusterCli, ccli, cluster, needs_cluster
 from tests.integration.cron.test_cron import history, job, lines, spawn_runner, stop_all
 from tests.support import Cli, wait_for
+
+__all__ = ["ccli", "cluster"]  # fixtures, imported for pytest
 
 YEARLY = "0 0 1 1 *"
 
@@ -112,3 +115,27 @@ def test_cycles_and_bad_after_are_refused_with_exit_2(cli: Cli, rs: Rsched, tmp_
     res = cli("run", "cron", "d", "--after", "c", "--", "true", check=2)
     assert "d after c after d" in res.stderr, res.stderr
     assert stop_all([c]) == [0]
+
+
+@needs_cluster
+def test_trigger_and_after_on_a_cluster(cluster: Cluster, ccli: ClusterCli) -> None:
+    """A and B in slots of different primaries: the trigger's keys are one slot (A's),
+    B's runners read A's history there and queue B's run in B's slot."""
+    a_name = "extract"
+    b_name = next(
+        n
+        for n in (f"load{i}" for i in range(50))
+        if cluster.node_of(f"{ccli.namespace}:{{c:{n}}}:state").port
+        != cluster.node_of(f"{ccli.namespace}:{{c:{a_name}}}:state").port
+    )
+    blog = Path(ccli.cwd) / "b"
+    a = ccli.spawn("run", "cron", a_name, "--schedule", YEARLY, "--", "true")
+    bs = [ccli.spawn("run", "cron", b_name, "--after", a_name, "--", *job(blog)) for _ in range(2)]
+    _live(ccli, a_name, 1)
+    _live(ccli, b_name, 2)
+    ran = ccli.json("trigger", a_name, "--wait")
+    assert ran["result"] == "ok" and ran["token"] is not None
+    recs = _after_runs(ccli, b_name, 1)
+    assert [r["after_token"] for r in recs] == [ran["token"]]
+    assert stop_all([a, *bs]) == [0, 0, 0]
+    assert len(lines(blog)) == 1
