@@ -454,7 +454,10 @@ def _answer(
     if on_taken is not None:
         on_taken(out)
     if wait:
-        out.update(_wait_record(client, k, rid, since, timeout_ms))
+        # The run lock shows a run that ended with no record (its runner died): lost.
+        watch = ans.get("status") == "run" and rs.redis.hget(k.state, "concurrency") != "allow"
+        lock_token = out["token"] if watch else None
+        out.update(_wait_record(client, k, rid, since, timeout_ms, lock_token))
         if out.get("token") is None and out.get("record_token") is not None:
             out["token"] = out["record_token"]
         out.pop("record_token", None)
@@ -473,16 +476,35 @@ def _withdraw(rs: Context, client: Any, k: Any, rid: str, reply_key: str) -> Any
 
 
 def _wait_record(
-    client: Any, k: Any, rid: str, since: str, timeout_ms: int | None
+    client: Any,
+    k: Any,
+    rid: str,
+    since: str,
+    timeout_ms: int | None,
+    lock_token: int | None = None,
 ) -> dict[str, Any]:
-    """Follow the cron's history (XREAD BLOCK) until the run's record appears."""
+    """Follow the cron's history (XREAD BLOCK) until the run's record appears. With
+    ``lock_token`` (the run holds the run lock): every 5 s of silence, a run lock no
+    longer of that token with still no record means the run is ``lost`` (its runner
+    died; cron-finish-5 writes the record and frees the lock in one step)."""
     deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
     cursor = since
+    gone = False
     while True:
-        left = 30.0 if deadline is None else deadline - time.monotonic()
+        left = 5.0 if deadline is None else min(deadline - time.monotonic(), 5.0)
         if left <= 0:
             return {"result": None, "exit_code": None, "timed_out": True}
-        got = client.xread({k.history: cursor}, count=100, block=max(int(left * 1000), 1))
+        block = None if gone else max(int(left * 1000), 1)
+        got = client.xread({k.history: cursor}, count=100, block=block)
+        if not got and gone:
+            return {
+                "result": "lost",
+                "exit_code": None,
+                "error": "the run's lock expired and no record came: its runner died",
+                "timed_out": False,
+            }
+        if not got and lock_token is not None:
+            gone = _s(client.hget(k.run_lock, "token") or "") != str(lock_token)
         for entry_id, fields in got[0][1] if got else []:
             cursor = _s(entry_id)
             raw = fields.get("j", fields.get(b"j"))

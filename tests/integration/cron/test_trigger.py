@@ -4,9 +4,11 @@ every guarantee of a scheduled tick, recorded with cause "manual"."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +145,16 @@ def test_trigger_under_replace_stops_the_running_job_and_takes_its_place(
     assert recs[second["token"]]["cause"] == "manual"
     assert second["token"] > first["token"]
     assert stop_all([p]) == [0]
+
+
+def test_wait_reports_a_run_whose_runner_died_as_lost(cli: Cli, rs: Rsched, tmp_path: Path) -> None:
+    log = tmp_path / "fired"
+    p = spawn_runner(cli, tmp_path, "doomed", YEARLY, job(log, "exec sleep 30"), "--ttl", "1s")
+    _live(cli, "doomed", 1)
+    waiter = cli.spawn("trigger", "doomed", "--wait", "--json", stdout=subprocess.PIPE)
+    wait_for(lambda: lines(log), timeout=10, what="the run to start")
+    os.killpg(p.pid, signal.SIGKILL)  # the runner and its job: no record is ever written
+    out, _ = waiter.communicate(timeout=30)
+    assert waiter.returncode == 1
+    got = json.loads(out)
+    assert got["result"] == "lost" and "runner died" in got["error"], got
