@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel check completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top unlock web' ;;
+    'rsched') echo 'add bench cancel check completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top trigger unlock web' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -39,7 +39,7 @@ _rsched_options() {
     'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
     'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
-    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format -h --help' ;;
+    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format -h --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -h --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
@@ -47,6 +47,7 @@ _rsched_options() {
     'rsched server stop') echo '--dir --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched show') echo '--queue --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched top') echo '--interval --once --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched trigger') echo '--wait --timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched unlock') echo '--token --force --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched web') echo '--host --port --read-only --token-file -v --verbose -q --quiet -h --help' ;;
   esac
@@ -80,7 +81,7 @@ _rsched_value_options() {
     'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
     'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
-    'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
+    'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server start') echo '--dir --port --password-file --flavour --format' ;;
@@ -88,6 +89,7 @@ _rsched_value_options() {
     'rsched server stop') echo '--dir --format' ;;
     'rsched show') echo '--queue --format' ;;
     'rsched top') echo '--interval --format' ;;
+    'rsched trigger') echo '--timeout --format' ;;
     'rsched unlock') echo '--token --format' ;;
     'rsched web') echo '--host --port --token-file' ;;
   esac
@@ -141,6 +143,7 @@ _rsched_choices() {
     'rsched server stop|--format') echo 'table plain json' ;;
     'rsched show|--format') echo 'table plain json' ;;
     'rsched top|--format') echo 'table plain json' ;;
+    'rsched trigger|--format') echo 'table plain json' ;;
     'rsched unlock|--format') echo 'table plain json' ;;
   esac
 }

@@ -114,3 +114,16 @@ class Rsched(Context):
         from rsched.locks.lock import Lock
 
         return Lock(self, name, **kw)
+
+    # --- crons -------------------------------------------------------------------------------
+    def trigger(
+        self, name: str, wait: bool = False, timeout_ms: int | None = None
+    ) -> dict[str, Any]:
+        """Run cron ``name`` now through its live runners (``rsched trigger``): a dict
+        with ``name``, ``id``, ``status``, ``host``, ``token``, ``triggered_by``, and with
+        ``wait`` ``result``, ``exit_code``, ``error``, ``timed_out``. Raises NotFound
+        (unknown, no live runner, not taken in time) or Conflict (paused, forbid and
+        running)."""
+        from rsched.cron import trigger as trig
+
+        return trig.trigger(self, name, wait=wait, timeout_ms=timeout_ms)

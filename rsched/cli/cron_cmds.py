@@ -217,6 +217,14 @@ def exec_cmd(
 )
 @click.option("--broadcast", is_flag=True, help="Every live runner runs every tick once.")
 @click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="CRON",
+    callback=name_cb("--after"),
+    help="Also run once each time CRON finishes ok (repeatable; --schedule is optional then).",
+)
+@click.option(
     "--on-lock-lost",
     "on_lock_lost",
     type=click.Choice(["kill", "continue"]),
@@ -245,6 +253,7 @@ def run_cron(
     shards: int | None,
     broadcast: bool,
     on_lock_lost: str,
+    after: tuple[str, ...],
     wait_replicas: int | None,
     wait_replicas_timeout: str | None,
     metrics_port: int | None,
@@ -255,6 +264,7 @@ def run_cron(
     \b
       rsched run cron report.daily --schedule '0 0 2 * * ?' --tz Asia/Shanghai -- ./report
       rsched run cron --all          # every [cron.NAME] of the config file
+      rsched run cron report.mail --after report.daily -- ./mail-report
 
     Start it on as many hosts as you like; jobs see RSCHED_NAME, RSCHED_FIRE_AT,
     RSCHED_FENCING_TOKEN (and RSCHED_SHARD_INDEX / RSCHED_SHARD_TOTAL with --shards).
@@ -267,7 +277,7 @@ def run_cron(
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     check_metrics_port(metrics_port)
     if all_:
-        if name or schedule or command or dialect:
+        if name or schedule or command or dialect or after:
             raise BadInput(
                 "--all",
                 "runs the [cron.NAME] entries of the config file; give no NAME, --schedule or CMD",
@@ -286,8 +296,10 @@ def run_cron(
     else:
         if not name:
             raise BadInput("NAME", "give the cron's name (or --all)")
-        if not schedule:
-            raise BadInput("--schedule", "is required, like --schedule '*/5 * * * *'")
+        if not schedule and not after:
+            raise BadInput(
+                "--schedule", "is required (unless --after), like --schedule '*/5 * * * *'"
+            )
         if not command:
             raise BadInput(
                 "CMD",
@@ -310,9 +322,22 @@ def run_cron(
                 shards=shards,
                 broadcast=broadcast,
                 on_lock_lost=on_lock_lost,
+                after=after,
             )
         ]
+    from rsched.cron.trigger import check_cycles, registered_after
+
+    own = {sp.name: list(sp.after) for sp in specs}
+    conf = {
+        n: list(t["after"])
+        for n, t in (app.settings.crons or {}).items()
+        if isinstance(t, dict) and isinstance(t.get("after"), list)
+    }
+    check_cycles({**conf, **own}, list(own))  # exit 2 before anything connects
     rs = app.rs  # connects (exit 69 when unreachable at start)
+    if any(sp.after for sp in specs):
+        seen = registered_after(rs, [a for sp in specs for a in sp.after])
+        check_cycles({**seen, **conf, **own}, list(own))
     start_loop(app, metrics_port)
     stop = threading.Event()
     interrupted: list[int] = []
@@ -327,10 +352,15 @@ def run_cron(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     for sp in specs:
+        when = (
+            f"schedule {sp.schedule.expr!r} ({sp.schedule.tz}, {sp.schedule.dialect}), "
+            if sp.schedule
+            else ""
+        )
         app.info(
-            f"rsched: cron {sp.name}: schedule {sp.schedule.expr!r} ({sp.schedule.tz}, "
-            f"{sp.schedule.dialect}), "
-            f"concurrency {sp.concurrency}"
+            f"rsched: cron {sp.name}: {when}"
+            + (f"after {', '.join(sp.after)}, " if sp.after else "")
+            + f"concurrency {sp.concurrency}"
             + (f", {sp.shards} shards" if sp.shards else "")
             + (", broadcast" if sp.broadcast else "")
         )
@@ -576,6 +606,62 @@ def forget(app: App, name: str, force: bool) -> None:
             f'cron "{name}" forgotten ({got.keys} keys)'
             + (f"; {got.live_runners} live runners were forgotten too" if got.live_runners else "")
         )
+
+
+# --- trigger ---------------------------------------------------------------------------------
+@click.command("trigger")
+@click.argument("name", callback=name_cb())
+@click.option("--wait", is_flag=True, help="Wait for the run to end and exit with its status.")
+@click.option(
+    "--timeout",
+    metavar="DUR",
+    help="With --wait: give up waiting after this (exit 1; the run goes on) [default: no limit].",
+)
+@output_options
+@pass_app
+def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
+    """Run a cron now, through its live runners, exactly once.
+
+    \b
+      rsched trigger report.daily
+      rsched trigger report.daily --wait --timeout 10m
+
+    One live runner claims the run like a tick at the server's now (pause switch,
+    concurrency policy, run lock, fencing token, watchdog, history with cause
+    "manual" and triggered_by this host). Exit 0 when a runner took it (without
+    --wait), the job's exit status with --wait, 3 when the name is unknown or no
+    runner is alive (or none took it within 15s: the request is withdrawn), 4 when
+    the cron is paused or (--concurrency forbid) its previous run is still going
+    on, 1 when --timeout ran out. With --json: {"name", "id", "status", "host",
+    "token", "triggered_by"} plus, with --wait, "result", "exit_code", "error",
+    "timed_out".
+    """
+    from rsched.core.timeutil import parse_duration
+    from rsched.cron import trigger as trig
+
+    if timeout is not None and not wait:
+        raise BadInput("--timeout", "is how long --wait waits: give --wait too")
+    timeout_ms = parse_duration(timeout, "--timeout") if timeout is not None else None
+
+    def taken(out: dict[str, Any]) -> None:
+        tok = f", token {out['token']}" if out.get("token") is not None else ""
+        app.info(f"cron {name}: run taken by {out.get('host')}{tok}")
+
+    out = trig.trigger(app.rs, name, wait=wait, timeout_ms=timeout_ms, on_taken=taken)
+    if app.json:
+        emit_json(out)
+    elif wait:
+        if out.get("timed_out"):
+            app.info(f"cron {name}: still running after --timeout {timeout}")
+        else:
+            app.info(
+                f"cron {name}: {out.get('result')} (exit code {out.get('exit_code')})"
+                + (f": {out['error']}" if out.get("error") and out.get("result") != "ok" else "")
+            )
+    if wait:
+        code = trig.exit_status(out)
+        if code:
+            raise SystemExit(code)
 
 
 # --- history ---------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "pause": "rsched.cli.cron_cmds:pause",
     "resume": "rsched.cli.cron_cmds:resume",
     "forget": "rsched.cli.cron_cmds:forget",
+    "trigger": "rsched.cli.cron_cmds:trigger",
     "history": "rsched.cli.cron_cmds:history",
     "check": "rsched.cli.check_cmd:check",
     "logs": "rsched.cli.logs_cmd:logs",

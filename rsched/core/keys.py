@@ -234,6 +234,21 @@ class CronKeys:
     def paused(self) -> str:
         return self._k("paused")
 
+    @property
+    def triggers(self) -> str:
+        """ZSET request JSON -> when asked (ms): runs asked for by ``rsched trigger`` and
+        by ``--after`` and not yet claimed by a runner (see cron-trigger-5)."""
+        return self._k("triggers")
+
+    @property
+    def trigger_wake(self) -> str:
+        """STREAM (capped): one entry per request; idle runners block on it (XREAD)."""
+        return self._k("twake")
+
+    def trigger_reply(self, request_id: str) -> str:
+        """LIST: the claiming runner's answer to one request (expires after a minute)."""
+        return self._k(f"treply:{request_id}")
+
     def shards(self, fire_ms: int) -> str:
         """HASH item -> runner id: who claimed each shard item of one tick (expires)."""
         return self._k(f"shards:{int(fire_ms)}")
@@ -287,6 +302,11 @@ class LockKeys:
     def wake(self) -> str:
         """LIST: a release pushes one element (expiring); a waiter BLPOPs on it."""
         return f"{self.prefix}:wake"
+
+    @property
+    def stats(self) -> str:
+        """HASH: the run-duration histogram of the lock's recorded runs (``exec``)."""
+        return f"{self.prefix}:stats"
 
     @property
     def logs(self) -> str:

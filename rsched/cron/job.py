@@ -64,8 +64,11 @@ class JobRun:
         started_ms: int,
         shard: tuple[int, int] | None,
         since: float | None = None,
+        extra: dict[str, Any] | None = None,
     ):
         self.r = runner
+        #: Record fields of a run that was asked for: cause, triggered_by, trigger, after_token.
+        self.extra = extra or {}
         #: Monotonic send time of the call that took the run lock (its lease runs from then).
         self.since = since
         self.fire = fire
@@ -204,6 +207,7 @@ class JobRun:
         }
         if self.shard is not None and not s.broadcast:
             rec["shard"], rec["shard_total"] = self.shard
+        rec.update(self.extra)
         if outcome != "ok":
             rec["error"] = result.describe()
         (r.debug if outcome == "ok" else r.log)(

@@ -75,6 +75,7 @@ from rsched.core.timeutil import iso
 from rsched.core.transient import TRANSIENT
 from rsched.cron.job import JobRun
 from rsched.cron.spec import CronSpec
+from rsched.cron.trigger import BLOCK_S, AfterFollower, Inbox
 from rsched.locks.lock import new_owner_id
 from rsched.lua import calls
 from rsched.runtime import systemd
@@ -93,7 +94,7 @@ CATCH_UP_FOLD_MS = 5_000
 #: Runner registry entries live this long; refreshed by every claim and by heartbeats.
 RUNNER_TTL_MS = 30_000
 #: A waiting runner talks to Redis at least this often (heartbeat + clock offset).
-HEARTBEAT_S = 10.0
+HEARTBEAT_S = BLOCK_S
 #: Ticks older than this many intervals (at least MIN_KEEP_MS) are trimmed from the ticks set.
 MIN_KEEP_MS = 3_600_000
 #: Missed ticks recorded one by one after an outage at most (older ones are only counted).
@@ -163,6 +164,9 @@ class CronRunner:
         self._blocking: Any = None
         self._blocking_lock = threading.Lock()
         self._replacers: list[threading.Thread] = []
+        #: Run requests (rsched trigger, --after): the idle wait blocks on them.
+        self.inbox = Inbox(self)
+        self._followers: list[AfterFollower] = []
 
     # --- Redis calls (each also measures the server clock) ------------------------
     def _contact(self, t0: float, server_ms: int | None = None) -> None:
@@ -189,7 +193,8 @@ class CronRunner:
     def _keep_ms(self, now: int) -> int:
         if self._keep is None:
             try:
-                self._keep = max(3 * self.spec.schedule.interval_ms(now), MIN_KEEP_MS)
+                sched = self.spec.schedule
+                self._keep = max(3 * sched.interval_ms(now), MIN_KEEP_MS) if sched else MIN_KEEP_MS
             except errors.BadInput:  # pragma: no cover
                 self._keep = MIN_KEEP_MS
         return self._keep
@@ -197,13 +202,20 @@ class CronRunner:
     def register(self) -> None:
         s = self.spec
         before = self.rs.redis.hmget(self.k.state, "schedule", "tz", "registered_by", "dialect")
-        mine = (s.schedule.expr, s.schedule.tz, s.schedule.dialect)
-        theirs = (before[0], before[1], before[3] or cronexpr.dialect_of(before[0] or "", None))
+        expr, tz, dialect = (
+            (s.schedule.expr, s.schedule.tz, s.schedule.dialect) if s.schedule else ("", "UTC", "")
+        )
+        mine = (expr, tz, dialect)
+        theirs = (
+            before[0],
+            before[1],
+            before[3] or (cronexpr.dialect_of(before[0], None) if before[0] else ""),
+        )
         if before[0] is not None and theirs != mine:
             self.log(
                 f"cron {s.name}: warning: runner {before[2]} registered it with schedule "
                 f"{before[0]!r} ({before[1]}, {theirs[2]}); this runner uses "
-                f"{s.schedule.expr!r} ({s.schedule.tz}, {s.schedule.dialect}). "
+                f"{expr!r} ({tz}, {dialect}). "
                 "Runners of one cron should share its schedule."
             )
         pipe = self.rs.redis.pipeline(transaction=False)
@@ -211,9 +223,10 @@ class CronRunner:
         pipe.hset(
             self.k.state,
             mapping={
-                "schedule": s.schedule.expr,
-                "tz": s.schedule.tz,
-                "dialect": s.schedule.dialect,
+                "schedule": expr,
+                "tz": tz,
+                "dialect": dialect,
+                "after": ",".join(s.after),
                 "concurrency": s.concurrency,
                 "misfire": s.misfire,
                 "shards": s.shards or 0,
@@ -233,15 +246,28 @@ class CronRunner:
             pass
 
     # --- the loop --------------------------------------------------------------------
+    def _interrupt_at_stop(self) -> None:
+        """The idle wait blocks in Redis (XREAD): end it as soon as ``stop`` is set."""
+        self.stop.wait()
+        self.inbox.close()
+        for f in self._followers:
+            f.close()
+
     def run(self) -> None:
         backoff = 0.2
         registered = False
+        threading.Thread(
+            target=self._interrupt_at_stop, daemon=True, name=f"rsched-stop-{self.spec.name}"
+        ).start()
         while not self.stop.is_set():
             try:
                 if not registered:
                     self._heartbeat()
                     self.register()
+                    self.inbox.start()
                     registered = True
+                    if not self._followers:
+                        self._followers = [AfterFollower(self, a).start() for a in self.spec.after]
                 if self.cursor is None:
                     self._start_cursor()
                 self._step()
@@ -253,6 +279,8 @@ class CronRunner:
                     self._down_since = None
                 backoff = 0.2
             except Exception as exc:  # noqa: BLE001 - a runner never exits because Redis blinked
+                if self.stop.is_set():
+                    break
                 if not _is_redis_down(exc) and not isinstance(exc, redis.RedisError):
                     if isinstance(exc, errors.RschedError) and not isinstance(
                         exc, errors.RedisUnavailable
@@ -275,15 +303,16 @@ class CronRunner:
         self.shutdown()
 
     def _start_cursor(self) -> None:
+        sched = self.spec.schedule
         t0 = time.time()
         now = self.rs.now_ms()
         self.clock.observe(now, t0, time.time())
         last = self.rs.redis.hget(self.k.state, "last_tick")
         self.commands += 2
-        if last is not None and int(last) < now:
+        if last is not None and int(last) < now and sched is not None:
             # Ticks since the last one any runner handled are the backlog (misfire policy),
             # limited to the latest MAX_BACKLOG of them.
-            backlog = self.spec.schedule.ticks_between(int(last), now, limit=MAX_BACKLOG)
+            backlog = sched.ticks_between(int(last), now, limit=MAX_BACKLOG)
             self.cursor = backlog[0] - 1 if backlog else now
             if backlog:
                 self.debug(
@@ -292,7 +321,7 @@ class CronRunner:
         else:
             self.cursor = now
 
-    def _wait_until(self, target_ms: int) -> bool:
+    def _wait_until(self, target_ms: float) -> bool:
         """Sleep until the server's clock reaches ``target_ms``; False when stopping."""
         while not self.stop.is_set():
             remaining = target_ms - self.clock.now()
@@ -301,13 +330,18 @@ class CronRunner:
             since = time.monotonic() - self._last_contact
             if since >= HEARTBEAT_S:
                 self._heartbeat()  # keeps the registration and re-measures the clock offset
+                self.inbox.take()  # a request whose wake-up this runner missed
                 continue
-            self.stop.wait(min(remaining / 1000, HEARTBEAT_S - since))
+            # Not a sleep: a blocking read of the run requests' wake-up stream.
+            self.inbox.idle(min(remaining / 1000, HEARTBEAT_S - since))
         return False
 
     def _step(self) -> None:
         assert self.cursor is not None
         s = self.spec
+        if s.schedule is None:  # runs only when asked (--after, rsched trigger)
+            self._wait_until(float("inf"))
+            return
         nxt = s.schedule.next_after(self.cursor)
         if not self._wait_until(nxt):
             return
@@ -340,6 +374,7 @@ class CronRunner:
         ``--misfire run-once`` also runs a later tick (a catch-up), unless the
         next tick comes within CATCH_UP_FOLD_MS: that one is the catch-up."""
         s = self.spec
+        assert s.schedule is not None
         gap = s.schedule.next_after(fire) - fire
         sd = s.starting_deadline_ms
         on_time = min(sd, gap - 1) if sd else min(ON_TIME_MS, gap // 2)
@@ -386,21 +421,25 @@ class CronRunner:
             )
         elif st == "replace":
             self.log(f"cron {s.name}: tick {iso(fire)}: the running job is asked to stop")
-            t = threading.Thread(
-                target=self._replace,
-                args=(fire, owner),
-                daemon=True,
-                name=f"rsched-replace-{s.name}",
-            )
-            self._replacers = [r for r in self._replacers if r.is_alive()] + [t]
-            t.start()
+            self.start_replace(fire, owner)
         elif st == "missed":
             self.log(f"cron {s.name}: tick {iso(fire)} missed (recorded)")
         elif st in ("paused", "skipped"):
             self.debug(f"cron {s.name}: tick {iso(fire)} skipped ({st})")
         return st
 
-    def _replace(self, fire: int, owner: str) -> None:
+    def start_replace(self, fire: int, owner: str, extra: dict[str, Any] | None = None) -> None:
+        """Wait (in a thread) for the asked-to-stop holder, then run ``fire``."""
+        t = threading.Thread(
+            target=self._replace,
+            args=(fire, owner, extra),
+            daemon=True,
+            name=f"rsched-replace-{self.spec.name}",
+        )
+        self._replacers = [r for r in self._replacers if r.is_alive()] + [t]
+        t.start()
+
+    def _replace(self, fire: int, owner: str, extra: dict[str, Any] | None = None) -> None:
         """Wait for the asked-to-stop holder to let go, then run this tick; stop waiting
         when a newer tick takes this one's place (it records this one ``skipped``)."""
         s = self.spec
@@ -438,7 +477,7 @@ class CronRunner:
             st = res.status
             if st == "run":
                 assert res.token is not None
-                self._start_job(fire, res.token, owner, res.now_ms, since=sent)
+                self._start_job(fire, res.token, owner, res.now_ms, since=sent, extra=extra)
                 return
             if st == "superseded":
                 self.log(f"cron {s.name}: tick {iso(fire)} skipped: superseded by a newer tick")
@@ -495,6 +534,7 @@ class CronRunner:
         if s.broadcast:
             return st
         # Take over items of runners that died before claiming theirs.
+        assert s.schedule is not None
         delay = min(max(s.schedule.interval_ms(fire) // 3, 200), 2000)
         if self._wait_until(fire + delay):
             res = call("steal")
@@ -522,8 +562,9 @@ class CronRunner:
         started_ms: int,
         shard: tuple[int, int] | None = None,
         since: float | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
-        run = JobRun(self, fire, token, owner, started_ms, shard, since=since)
+        run = JobRun(self, fire, token, owner, started_ms, shard, since=since, extra=extra)
         t = threading.Thread(
             target=run.run, name=f"rsched-job-{self.spec.name}-{fire}", daemon=True
         )
@@ -534,6 +575,9 @@ class CronRunner:
 
     def shutdown(self) -> None:
         """Stop running jobs gracefully (SIGTERM, then SIGKILL after the grace) and record them."""
+        self.inbox.close()
+        for f in self._followers:
+            f.close()
         for t in self._replacers:  # a tick waiting to replace records itself skipped
             t.join(timeout=10)
         with self._active_lock:
@@ -563,6 +607,7 @@ def run_runners(
     ]
     for t in threads:
         t.start()
+
     systemd.ready(f"cron runner for {', '.join(r.spec.name for r in runners)}")
     wd = systemd.watchdog_interval_s()
     tick = min(1.0, wd / 2) if wd else 1.0

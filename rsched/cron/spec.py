@@ -33,13 +33,15 @@ CONFIG_KEYS = {
     "broadcast",
     "on_lock_lost",
     "grace",
+    "after",
 }
 
 
 @dataclass
 class CronSpec:
     name: str
-    schedule: cronexpr.Schedule
+    #: None: the cron only runs when asked (``after`` or ``rsched trigger``).
+    schedule: cronexpr.Schedule | None
     command: list[str]
     ttl_ms: int = DEFAULT_TTL_MS
     concurrency: str = "forbid"
@@ -51,6 +53,8 @@ class CronSpec:
     broadcast: bool = False
     on_lock_lost: str = "kill"
     grace_s: float = 5.0
+    #: Runs once each time one of these crons finishes ok (``--after``).
+    after: tuple[str, ...] = ()
 
     @property
     def sharded(self) -> bool:
@@ -59,7 +63,7 @@ class CronSpec:
 
 def make_spec(
     name: str,
-    schedule: str,
+    schedule: str | None,
     command: str | Sequence[str],
     *,
     tz: str = "UTC",
@@ -74,6 +78,7 @@ def make_spec(
     broadcast: bool = False,
     on_lock_lost: str = "kill",
     grace: str | int | None = None,
+    after: Sequence[str] = (),
     prefix: str = "--",
 ) -> CronSpec:
     """Check every option (naming the field) before anything touches Redis."""
@@ -91,14 +96,26 @@ def make_spec(
         return parse_duration(str(v), f(opt))
 
     validate.name(name, "NAME")
-    sched = cronexpr.parse(
-        schedule,
-        tz or "UTC",
-        field=f("schedule"),
-        tz_field=f("tz"),
-        dialect=dialect,
-        dialect_field=f("dialect"),
-    )
+    if isinstance(after, str) or not all(isinstance(a, str) for a in after):
+        raise errors.BadInput(f("after"), 'takes a list of cron names, like after = ["A"]')
+    for a in after:
+        validate.name(a, f("after"))
+    if name in after:
+        raise errors.BadInput(f("after"), f"a cron cannot run after itself ({name})")
+    if schedule is None and not after:
+        raise errors.BadInput(
+            f("schedule"), "is required (unless --after), like --schedule '*/5 * * * *'"
+        )
+    sched = None
+    if schedule is not None:
+        sched = cronexpr.parse(
+            schedule,
+            tz or "UTC",
+            field=f("schedule"),
+            tz_field=f("tz"),
+            dialect=dialect,
+            dialect_field=f("dialect"),
+        )
     argv = proc.split_command(command, f("command") if prefix != "--" else "CMD")
     if concurrency not in CONCURRENCY:
         raise errors.BadInput(
@@ -118,6 +135,8 @@ def make_spec(
             raise errors.BadInput(f("shards"), f"{shards!r} is not a whole number from 1 to 10000")
         if broadcast:
             raise errors.BadInput(f("broadcast"), "cannot be combined with --shards")
+    if (shards or broadcast) and after:
+        raise errors.BadInput(f("after"), "cannot be combined with --shards or --broadcast")
     if (shards or broadcast) and concurrency != "forbid":
         raise errors.BadInput(
             f("concurrency"),
@@ -139,6 +158,7 @@ def make_spec(
         broadcast=bool(broadcast),
         on_lock_lost=on_lock_lost,
         grace_s=(g / 1000) if g else 5.0,
+        after=tuple(dict.fromkeys(after)),
     )
 
 
@@ -153,12 +173,12 @@ def spec_from_config(name: str, table: Mapping[str, Any]) -> CronSpec:
             f"(known: {', '.join(sorted(CONFIG_KEYS))})"
         )
     for req in ("schedule", "command"):
-        if req not in table:
+        if req not in table and not (req == "schedule" and table.get("after")):
             raise errors.ConfigError(f"[cron.{name}]: {req} is required")
     try:
         return make_spec(
             name,
-            table["schedule"],
+            table.get("schedule"),
             table["command"],
             tz=table.get("tz", "UTC"),
             dialect=table.get("dialect"),
@@ -172,6 +192,7 @@ def spec_from_config(name: str, table: Mapping[str, Any]) -> CronSpec:
             broadcast=bool(table.get("broadcast", False)),
             on_lock_lost=table.get("on_lock_lost", "kill"),
             grace=table.get("grace"),
+            after=table.get("after", ()),
             prefix=f"cron.{name}.",
         )
     except errors.BadInput as exc:

@@ -3,13 +3,15 @@
 -- KEYS[1] proc     ZSET member -> lease expiry
 -- KEYS[2] tasks    HASH member -> record
 -- KEYS[3] history  STREAM execution records
--- KEYS[4] stats    HASH counters "RESULT|TYPE" -> count
+-- KEYS[4] stats    HASH counters "RESULT|TYPE" -> count; the run-duration histogram
+--                  (_duration.lua, from the record's duration_ms)
 -- ARGV[1] maxlen   integer, history cap (0 = keep no history)
 -- ARGV[2..] groups of 3: member, token, history record (JSON object text, "" for none)
 -- Returns one integer per task: 1 acknowledged, 0 refused (token no longer matches).
 --@include _now.lua
 --@include _record.lua
 --@include _bulk.lua
+--@include _duration.lua
 
 local n = (#ARGV - 1) / 3
 local members = {}
@@ -27,6 +29,9 @@ for i = 1, n do
     done[m] = true
     del[#del + 1] = m
     if h ~= '' and keep then recs[#recs + 1] = h end
+    if h ~= '' then
+      duration_observe(KEYS[4], string.match(h, '"duration_ms":(%d+)'), '|' .. task_type(m))
+    end
     local f = 'ok|' .. task_type(m)
     counts[f] = (counts[f] or 0) + 1
   end

@@ -569,7 +569,8 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 
 # === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
-#     cron-pause-2, cron-shard-7, cron-forget-9 ================================
+#     cron-pause-2, cron-shard-7, cron-forget-11,
+#     cron-trigger-5, cron-trigger-claim-8 ========================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
 # on one connection and the reply says how many replicas acknowledged it.)
@@ -752,7 +753,7 @@ def _cron_json(record: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CronForgetReply:
-    """What ``cron-forget-9`` answers: whether it was refused (live runners and no
+    """What ``cron-forget-11`` answers: whether it was refused (live runners and no
     force: nothing deleted), the live runners, and the keys deleted."""
 
     refused: bool
@@ -761,20 +762,97 @@ class CronForgetReply:
 
 
 def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
-    """``cron-forget-9``: delete every key of the cron, in one step, unless a runner
+    """``cron-forget-11``: delete every key of the cron, in one step, unless a runner
     is live (``force``: even then)."""
     res = ctx.scripts(
-        "cron-forget-9",
-        [k.ticks, k.state, k.runners, k.run_lock, k.wake, k.fence, k.paused, k.history, k.stats],
+        "cron-forget-11",
+        [
+            k.ticks,
+            k.state,
+            k.runners,
+            k.run_lock,
+            k.wake,
+            k.fence,
+            k.paused,
+            k.history,
+            k.stats,
+            k.triggers,
+            k.trigger_wake,
+        ],
         ["1" if force else "0"],
     )
     return CronForgetReply(str(res[0]) == "live", int(res[1]), int(res[2]))
 
 
+@dataclass(frozen=True, slots=True)
+class CronTriggerReply:
+    """What ``cron-trigger-5`` answers: the status (see its header), the server's
+    clock and the cron's live runners."""
+
+    status: str
+    now_ms: int
+    live_runners: int
+
+
+def cron_trigger(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    request: Mapping[str, Any],
+    ttl_ms: int,
+    after: str = "",
+    entry: str = "",
+) -> CronTriggerReply:
+    """``cron-trigger-5``: queue a run request (``request``: id, by, cause[,
+    after_token]) that expires after ``ttl_ms``; ``after``: the name of the cron A
+    whose history record ``entry`` this request follows (once per record)."""
+    res = ctx.scripts(
+        "cron-trigger-5",
+        [k.state, k.paused, k.runners, k.triggers, k.trigger_wake],
+        [_cron_json(request), ttl_ms, f"after:{after}" if after else "", entry],
+    )
+    return CronTriggerReply(str(res[0]), int(res[1]), int(res[2]))
+
+
+def cron_trigger_claim(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    request: str,
+    request_id: str,
+    owner: str,
+    ttl_ms: int,
+    host: str,
+    pid: int,
+    concurrency: str,
+    history_maxlen: int,
+    name: str,
+) -> CronTickReply:
+    """``cron-trigger-claim-8``: claim the queued request ``request`` (its member
+    text) and apply the cron's policies at the server's now: status 'run' (with
+    the token), 'replace', 'skipped', 'paused', 'expired' or 'gone'."""
+    res = ctx.scripts(
+        "cron-trigger-claim-8",
+        [
+            k.triggers,
+            k.trigger_reply(request_id),
+            k.state,
+            k.run_lock,
+            k.fence,
+            k.paused,
+            k.history,
+            k.wake,
+        ],
+        [request, owner, ttl_ms, host, pid, concurrency, history_maxlen, name],
+    )
+    st = str(res[0])
+    return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None)
+
+
 # === end of cron ==============================================================
 
 
-# === locks: lock-acquire-2, lock-renew-1, lock-release-3, lock-unlock-2,
+# === locks: lock-acquire-2, lock-renew-1, lock-release-4, lock-unlock-2,
 #     exec-acquire-3 ===========================================================
 # (The keys are :class:`rsched.core.keys.LockKeys`; renewal and an operator's
 # release take the lock key itself, since a cron's run lock is one too.)
@@ -846,12 +924,12 @@ def lock_release(
     record: Mapping[str, Any] | None,
     keep_ms: int,
 ) -> bool:
-    """``lock-release-3``: release ``owner``'s lock, wake one waiter (the wake-up
+    """``lock-release-4``: release ``owner``'s lock, wake one waiter (the wake-up
     stays ``keep_ms``), append ``record`` (JSON-encoded here; None: no record).
     Whether it was released."""
     res = ctx.scripts(
-        "lock-release-3",
-        [k.lock, k.history, k.wake],
+        "lock-release-4",
+        [k.lock, k.history, k.wake, k.stats],
         [
             owner,
             history_maxlen if record else 0,

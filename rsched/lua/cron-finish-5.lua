@@ -4,7 +4,7 @@
 -- KEYS[1] lock     HASH run lock (see _lock.lua)
 -- KEYS[2] state    HASH last_run_fire, last_result, last_host, ...
 -- KEYS[3] history  STREAM execution records (capped)
--- KEYS[4] stats    HASH result -> count
+-- KEYS[4] stats    HASH result -> count; the run-duration histogram (_duration.lua)
 -- KEYS[5] wake     ZSET wake-up of the holder's watchdog (concurrency replace)
 -- ARGV[1] owner    string, owner id ("" when the run held no lock)
 -- ARGV[2] maxlen   integer, history cap
@@ -14,6 +14,7 @@
 -- Returns {released 1|0, now}.
 --@include _now.lua
 --@include _record.lua
+--@include _duration.lua
 
 local now = now_ms()
 local released = 0
@@ -32,5 +33,6 @@ if tonumber(rec['fire_ms']) >= last then
   redis.call('HSET', KEYS[2], 'last_run_fire', rec['fire_ms'], 'last_result', rec['result'], 'last_host', rec['host'])
 end
 redis.call('HINCRBY', KEYS[4], rec['result'], 1)
+duration_observe(KEYS[4], rec['duration_ms'], '')
 history(KEYS[3], ARGV[2], rec)
 return {released, now}

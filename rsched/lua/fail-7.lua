@@ -6,7 +6,7 @@
 -- KEYS[3] dead     ZSET member -> died at
 -- KEYS[4] tasks    HASH member -> record
 -- KEYS[5] history  STREAM execution records
--- KEYS[6] stats    HASH counters
+-- KEYS[6] stats    HASH counters; the run-duration histogram (_duration.lua)
 -- KEYS[7] wake     ZSET wake-up marker
 -- ARGV[1] maxlen   integer, history cap
 -- ARGV[2] member
@@ -20,6 +20,7 @@
 -- Returns {"retry", due} | {"dead", died_at} | {"stale", 0}
 --@include _now.lua
 --@include _record.lua
+--@include _duration.lua
 
 local m, tok = ARGV[2], ARGV[3]
 local raw = redis.call('HGET', KEYS[4], m)
@@ -36,6 +37,9 @@ if ARGV[6] ~= '' and tonumber(ARGV[1]) > 0 then
 end
 local t = task_type(m)
 redis.call('HINCRBY', KEYS[6], ARGV[7] .. '|' .. t, 1)
+if ARGV[6] ~= '' then
+  duration_observe(KEYS[6], string.match(ARGV[6], '"duration_ms":(%d+)'), '|' .. t)
+end
 if ARGV[8] == '1' or r[P_ATTEMPTS] >= eff_max(r, tonumber(ARGV[9])) then
   redis.call('ZADD', KEYS[3], now, m)
   redis.call('HSET', KEYS[4], m, rec_encode(r))

@@ -88,6 +88,8 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("xadd", ("XADD", "K", "*", "f", "v")),
     ("xrange", None),
     ("xrevrange", ("XREVRANGE", "K", "+", "-", "COUNT", "1")),
+    # idle cron runners block on their run requests; --after follows another cron's history
+    ("xread", ("XREAD", "COUNT", "1", "STREAMS", "K", "0-0")),
     # `rsched cancel` of a running task tells its consumer on the queue's cancel
     # channel (in the namespace: the grant's &NS:*). Not probed: without them a
     # cancelled task's handler is still stopped, at the next heartbeat.

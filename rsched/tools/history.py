@@ -7,7 +7,7 @@ each entry's field ``j`` holds one JSON object:
     kind (cron|exec|task), name, queue, type, id, fire_ms, started_ms,
     finished_ms, duration_ms, result (ok|failed|timeout|lost|skipped|missed|cancelled),
     exit_code, host, pid, attempt, token, error (stderr tail on failure),
-    cause (absent for a scheduled tick; "manual", "after NAME"), triggered_by
+    cause (absent for a scheduled tick; "manual", "after NAME"), after_token, triggered_by
 
 Reading is newest first, paged with XREVRANGE (never the whole stream).
 ``has_log``: the run's log is kept (``HEXISTS`` on the ``logs`` hash beside
@@ -83,6 +83,7 @@ class Record:
             "error": d.get("error") or None,
             "cause": d.get("cause") or None,
             "triggered_by": d.get("triggered_by") or None,
+            "after_token": d.get("after_token"),
             "has_log": self.has_log,
         }
         for extra in ("shard", "shard_total"):

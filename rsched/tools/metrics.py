@@ -25,6 +25,18 @@ Crons (label ``cron``)::
     rsched_cron_last_fire_timestamp_seconds
     rsched_cron_lateness_seconds         start of the latest run minus its tick time
 
+Run durations, one histogram of every recorded run (labels ``kind`` (cron |
+exec | task), ``name`` (the cron or lock), ``queue`` and ``type`` (a task's))::
+
+    rsched_run_duration_seconds_bucket{le}  runs that took at most le seconds
+    rsched_run_duration_seconds_sum / _count
+
+Its buckets (:data:`DURATION_BUCKETS_MS`: 0.1 s to 3 h) are counters kept in
+Redis by the script that records the run, in the same step (``_duration.lua``:
+two ``HINCRBY`` per run, in the cron's, lock's or queue's stats hash; a field
+per bucket used, about 60 bytes each), so every host exports the same
+cumulative numbers and ``rate()`` works across restarts.
+
 Locks (label ``lock``)::
 
     rsched_lock_held                     1 while held
@@ -48,6 +60,22 @@ from rsched.queue import queues as partitions
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.api import Rsched
 
+#: Upper bounds (ms) of the run-duration histogram; the same list as in
+#: ``rsched/lua/_duration.lua`` (a unit test holds them equal).
+DURATION_BUCKETS_MS = (
+    100,
+    500,
+    1000,
+    5000,
+    10000,
+    30000,
+    60000,
+    300000,
+    900000,
+    1800000,
+    3600000,
+    10800000,
+)
 INSTALL_HINT = "prometheus_client is not installed: pip install 'rsched[metrics]'"
 UP_HELP = "1 when rsched could read its state from Redis."
 #: The JSON samples of :func:`down_exposition`.
@@ -63,6 +91,29 @@ def _prom() -> Any:
     return prometheus_client
 
 
+def duration_buckets(
+    fields: dict[str, int], suffix: str = ""
+) -> tuple[list[tuple[str, float]], float] | None:
+    """The histogram's cumulative buckets (``le`` in seconds, then ``+Inf``) and sum
+    (seconds) from a stats hash's ``dur<LE`` / ``dur_ms`` fields (each + ``suffix``);
+    None when it counts no run."""
+    per = {le: int(fields.get(f"dur<{le}{suffix}", 0)) for le in DURATION_BUCKETS_MS}
+    inf = int(fields.get(f"dur<inf{suffix}", 0))
+    if not inf and not any(per.values()):
+        return None
+    out: list[tuple[str, float]] = []
+    total = 0
+    for le in DURATION_BUCKETS_MS:
+        total += per[le]
+        out.append((f"{le / 1000:g}", total))
+    out.append(("+Inf", total + inf))
+    return out, int(fields.get(f"dur_ms{suffix}", 0)) / 1000
+
+
+def _is_duration(field: str) -> bool:
+    return field.startswith("dur<") or field.startswith("dur_ms")
+
+
 def _split(field: str) -> tuple[str, str]:
     """``"failed|order.close"`` -> ``("failed", "order.close")``; ``"ok"`` -> ``("ok", "")``."""
     result, _, rest = field.partition("|")
@@ -74,6 +125,7 @@ class RschedCollector:
 
     def __init__(self, rs: Rsched):
         self.rs = rs
+        self._dur: Any = None  # the run-duration histogram of the scrape going on
 
     def describe(self) -> list[Any]:
         return []  # no fixed series: registering must not touch Redis
@@ -81,9 +133,15 @@ class RschedCollector:
     def collect(self) -> Iterator[Any]:
         core = _prom().core
         t0 = time.perf_counter()
+        self._dur = core.HistogramMetricFamily(
+            "rsched_run_duration_seconds",
+            "Durations of recorded runs (cron jobs, exec, task handlers).",
+            labels=["kind", "name", "queue", "type"],
+        )
         yield from self._queues(core)
         yield from self._crons(core)
         yield from self._locks(core)
+        yield self._dur
         up = core.GaugeMetricFamily("rsched_up", UP_HELP)
         up.add_metric([], 1)
         yield up
@@ -160,15 +218,26 @@ class RschedCollector:
             for _ in names:  # a partitioned queue's counters summed
                 for field, value in next(replies).items():
                     counters[field] = counters.get(field, 0) + int(value)
+            types = set()
             for field, value in sorted(counters.items()):
                 result, task_type = _split(field)
                 if not task_type:
+                    continue
+                if _is_duration(field):
+                    types.add(task_type)
                     continue
                 if result == "dead":
                     dead.add_metric([s.queue, task_type], int(value))
                 else:
                     runs.add_metric([s.queue, task_type, result], int(value))
+            for task_type in sorted(types):
+                self._observe(["task", "", s.queue, task_type], counters, f"|{task_type}")
         yield from (runs, dead)
+
+    def _observe(self, labels: list[str], fields: dict[str, Any], suffix: str = "") -> None:
+        got = duration_buckets({k: int(v) for k, v in fields.items()}, suffix)
+        if got is not None:
+            self._dur.add_metric(labels, got[0], got[1])
 
     # --- crons ------------------------------------------------------------------
     def _crons(self, core: Any) -> Iterator[Any]:
@@ -207,8 +276,11 @@ class RschedCollector:
             for i, n in enumerate(names):
                 counters, nrunners, is_paused, last_fire, recent = res[5 * i : 5 * i + 5]
                 for field, value in sorted((counters or {}).items()):
+                    if _is_duration(field):
+                        continue
                     result, _ = _split(field)
                     runs.add_metric([n, result], int(value))
+                self._observe(["cron", n, "", ""], counters or {})
                 runners.add_metric([n], int(nrunners))
                 paused.add_metric([n], 1 if is_paused else 0)
                 if last_fire not in (None, "", "-1"):
@@ -234,7 +306,10 @@ class RschedCollector:
                 pipe = rs.redis.pipeline(transaction=False)
                 for n in names:
                     pipe.pttl(rs.keys.lock(n).lock)
-                for n, pttl in zip(names, pipe.execute(), strict=True):
+                    pipe.hgetall(rs.keys.lock(n).stats)
+                got = pipe.execute()
+                for n, pttl, counters in zip(names, got[::2], got[1::2], strict=True):
+                    self._observe(["exec", n, "", ""], counters or {})
                     is_held = int(pttl) != -2
                     held.add_metric([n], 1 if is_held else 0)
                     if int(pttl) >= 0:

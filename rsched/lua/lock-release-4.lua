@@ -1,9 +1,10 @@
--- lock-release-3: release a lock only if the caller owns it, wake one waiter,
+-- lock-release-4: release a lock only if the caller owns it, wake one waiter,
 -- and append the run's execution record.
 --
 -- KEYS[1] lock     HASH owner record
 -- KEYS[2] history  STREAM execution records (capped)
 -- KEYS[3] wake     LIST the lock's waiters BLPOP on (see _lock.lua)
+-- KEYS[4] stats    HASH the run-duration histogram of the record's runs (_duration.lua)
 -- ARGV[1] owner    string, the caller's owner id
 -- ARGV[2] maxlen   integer, history cap (0 = no record)
 -- ARGV[3] record   JSON object text, the execution record ("" = none);
@@ -15,6 +16,7 @@
 --@include _now.lua
 --@include _record.lua
 --@include _lock.lua
+--@include _duration.lua
 
 local now = now_ms()
 local released = 0
@@ -27,5 +29,6 @@ if ARGV[3] ~= '' then
   local rec = cjson.decode(ARGV[3])
   if rec['finished_ms'] == nil then rec['finished_ms'] = now end
   history(KEYS[2], ARGV[2], rec)
+  duration_observe(KEYS[4], rec['duration_ms'], '')
 end
 return {released, now}

@@ -1,0 +1,544 @@
+"""Runs asked for, not scheduled: ``rsched trigger NAME`` and ``run cron B --after A``.
+
+Both become a **run request** in the cron's own hash slot (``cron-trigger-5``):
+a JSON member of the ``triggers`` ZSET (``id``, ``by`` (the host that asked),
+``cause`` (``manual`` | ``after A``), ``after_token``, ``exp``) plus an entry
+on the ``twake`` stream. An idle runner does not sleep but blocks in
+``XREAD BLOCK`` on ``twake`` (for as long as it would have slept: its idle
+cost stays one heartbeat and one blocking read per 10 s, and one ``ZRANGE``
+of the requests after each heartbeat, which also picks up a request whose
+wake-up a runner missed while reconnecting). Every live runner wakes; each
+calls ``cron-trigger-claim-8`` on the request, and only the one whose ``ZREM``
+removed it acts on it: it applies the pause switch and the concurrency policy
+at the server's now and, like a tick, takes the run lock and a new fencing
+token in the same script; the job then runs like a tick's (watchdog,
+history, run log), its record carrying ``cause``, ``triggered_by``,
+``trigger`` (the request id) and, after A, ``after_token``.
+
+Bounds. A manual request expires ``TAKE_MS`` (15 s: more than a runner's
+heartbeat, so a runner that was reconnecting still sees it) after it was
+asked; the asker waits that long for a runner's answer (``BLPOP`` on a reply
+list of the request), then withdraws the request (``ZREM``; when that finds it
+gone a runner took it that very moment and its answer is read) and exits 3:
+a request is never left to fire later. An ``--after`` request expires
+``AFTER_MS`` (1 h) after A's run finished.
+
+Concurrency. ``forbid``: a trigger while a run holds the run lock is refused,
+recorded ``skipped`` (cause ``manual``) like a tick, and ``trigger`` exits 4
+naming the running run: a manual run is asked for now, and queueing it behind
+a long job would run it at a time nobody asked for. ``allow``: it runs beside
+the running job. ``replace``: the running job is stopped and the triggered run
+takes its place (the same hand-over as a tick's).
+
+``--after`` (B after A): each of B's runners follows A's history stream
+(``XREAD BLOCK`` on a client of its own; no change to A's runners or
+scripts). For each record of A with result ``ok`` it asks for a run of B with
+``cron-trigger-5``, which keeps a cursor (``after:A`` = the stream id of A's
+record) in B's state: of all B's runners only the first to present a record
+queues a request, once; the others get ``seen``. A runner of B that starts
+reads A's records from that cursor, so runs of A that finished while no
+runner of B was alive are caught up on, as long as they are still in A's
+history (its cap) and finished at most ``AFTER_MS`` ago; older ones are
+skipped (logged). The first runner of B ever starts from A's newest record.
+A sharded or broadcast A has one record per item: B does not follow those
+(refused at start).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rsched.core import clients, errors, validate
+from rsched.core.timeutil import iso
+from rsched.core.transient import TRANSIENT
+from rsched.locks.lock import new_owner_id
+from rsched.lua import calls
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rsched.context import Context
+    from rsched.core.keys import CronKeys
+    from rsched.cron.spec import CronSpec
+
+#: A manual request not claimed within this is withdrawn and reported (exit 3).
+TAKE_MS = 15_000
+#: An --after request (and a record of A a runner of B catches up on) is good this long.
+AFTER_MS = 3_600_000
+#: Requests a runner looks at per wake-up.
+TAKE_BATCH = 20
+#: The longest blocking read (the runner's heartbeat interval).
+BLOCK_S = 10.0
+
+
+class _Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class RequestHost(Protocol):
+    """What the run requests need of their runner (:class:`rsched.cron.runner.CronRunner`)."""
+
+    rs: Context
+    spec: CronSpec
+    k: CronKeys
+    host: str
+    pid: int
+    stop: threading.Event
+    log: Callable[[str], None]
+    debug: Callable[[str], None]
+
+    @property
+    def clock(self) -> _Clock: ...
+
+    def _start_job(
+        self,
+        fire: int,
+        token: int,
+        owner: str,
+        started_ms: int,
+        shard: tuple[int, int] | None = None,
+        since: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def start_replace(self, fire: int, owner: str, extra: dict[str, Any] | None = None) -> None: ...
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Inbox:
+    """A runner's side of run requests: the blocking wait on ``twake`` (instead of
+    a sleep) and the claims."""
+
+    def __init__(self, runner: RequestHost):
+        self.r = runner
+        self.k = runner.k
+        self._client: Any = None
+        self._cursor = "0-0"
+        self._closed = False
+
+    def start(self) -> None:
+        """Called after (re)registering: from the stream's newest entry on, and the
+        requests already waiting."""
+        got = self.r.rs.redis.xrevrange(self.k.trigger_wake, count=1)
+        self._cursor = _s(got[0][0]) if got else "0-0"
+        self.take()
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = clients.clone(
+                self.r.rs.redis, socket_timeout=BLOCK_S + 10, max_connections=2
+            )
+        return self._client
+
+    def idle(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` (the runner's sleep) for a request; claim what came."""
+        if self.r.stop.is_set():
+            return
+        ms = max(int(timeout_s * 1000), 1)
+        try:
+            got = self.client().xread({self.k.trigger_wake: self._cursor}, count=100, block=ms)
+        except Exception:
+            if self.r.stop.is_set() or self._closed:
+                return  # interrupted by close() at stop
+            raise
+        if got:
+            entries = got[0][1]
+            self._cursor = _s(entries[-1][0])
+            self.take()
+
+    def take(self) -> None:
+        """Claim the waiting requests (each at most once across all runners)."""
+        r = self.r
+        members = r.rs.redis.zrange(self.k.triggers, 0, TAKE_BATCH - 1)
+        for m in members:
+            text = _s(m)
+            try:
+                req = json.loads(text)
+                rid = str(req["id"])
+                validate.name(rid, "request id")
+            except (ValueError, KeyError, TypeError, errors.BadInput):
+                r.rs.redis.zrem(self.k.triggers, m)  # not ours: never acted on
+                continue
+            self._claim(text, req, rid)
+
+    def _claim(self, text: str, req: Mapping[str, Any], rid: str) -> None:
+        r, s = self.r, self.r.spec
+        owner = new_owner_id()
+        sent = time.monotonic()
+        res = calls.cron_trigger_claim(
+            r.rs,
+            self.k,
+            request=text,
+            request_id=rid,
+            owner=owner,
+            ttl_ms=s.ttl_ms,
+            host=r.host,
+            pid=r.pid,
+            concurrency=s.concurrency,
+            history_maxlen=r.rs.history_maxlen,
+            name=s.name,
+        )
+        extra: dict[str, Any] = {
+            "cause": str(req.get("cause") or "manual"),
+            "triggered_by": req.get("by"),
+            "trigger": rid,
+        }
+        if req.get("after_token") is not None:
+            extra["after_token"] = req["after_token"]
+        what = f"cron {s.name}: run asked for ({extra['cause']}, by {req.get('by')})"
+        st = res.status
+        if st == "run":
+            assert res.token is not None
+            r.log(f"{what}: running it, token {res.token}")
+            r._start_job(
+                res.now_ms,
+                res.token,
+                owner if s.concurrency != "allow" else "",
+                res.now_ms,
+                since=sent,
+                extra=extra,
+            )
+        elif st == "replace":
+            r.log(f"{what}: the running job is asked to stop")
+            r.start_replace(res.now_ms, owner, extra)
+        elif st in ("skipped", "paused", "expired"):
+            r.log(f"{what}: {st}")
+
+    def close(self) -> None:
+        """Interrupt a blocked wait (at stop) and drop the client."""
+        self._closed = True
+        if self._client is not None:
+            clients.close(self._client)
+
+
+class AfterFollower:
+    """One runner of B following A's history: each ok record of A becomes one run
+    request of B (once across B's runners: the cursor in cron-trigger-5)."""
+
+    def __init__(self, runner: RequestHost, after: str):
+        self.r = runner
+        self.after = after
+        self.ak = runner.rs.keys.cron(after)
+        self._client: Any = None
+        self._closed = False
+        self.thread = threading.Thread(
+            target=self.run, daemon=True, name=f"rsched-after-{runner.spec.name}-{after}"
+        )
+
+    def start(self) -> AfterFollower:
+        self.thread.start()
+        return self
+
+    def _cursor(self) -> str:
+        """B's shared cursor on A; the first runner of B ever sets it to A's newest
+        record (from then on, runs of A while B is down are caught up on)."""
+        r = self.r
+        field = f"after:{self.after}"
+        cur = r.rs.redis.hget(r.k.state, field)
+        if cur is not None:
+            return _s(cur)
+        got = r.rs.redis.xrevrange(self.ak.history, count=1)
+        r.rs.redis.hsetnx(r.k.state, field, _s(got[0][0]) if got else "0-0")
+        return _s(r.rs.redis.hget(r.k.state, field) or "0-0")
+
+    def run(self) -> None:
+        r = self.r
+        cursor: str | None = None
+        backoff = 0.2
+        while not r.stop.is_set() and not self._closed:
+            try:
+                if cursor is None:
+                    cursor = self._cursor()
+                if self._client is None:
+                    self._client = clients.clone(
+                        r.rs.redis, socket_timeout=BLOCK_S + 10, max_connections=2
+                    )
+                got = self._client.xread(
+                    {self.ak.history: cursor}, count=100, block=int(BLOCK_S * 1000)
+                )
+                for entry_id, fields in got[0][1] if got else []:
+                    cursor = _s(entry_id)
+                    self._entry(cursor, fields)
+                backoff = 0.2
+            except Exception as exc:  # noqa: BLE001 - follows through outages
+                if r.stop.is_set() or self._closed:
+                    return
+                if not isinstance(exc, TRANSIENT):
+                    r.log(f"cron {r.spec.name}: following {self.after}: {exc}")
+                cursor = None  # re-read the shared cursor when back
+                r.stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _entry(self, entry_id: str, fields: Mapping[Any, Any]) -> None:
+        r = self.r
+        raw = fields.get("j", fields.get(b"j"))
+        try:
+            rec = json.loads(_s(raw))
+        except (TypeError, ValueError):
+            return
+        if not isinstance(rec, dict) or rec.get("kind") != "cron":
+            return
+        if rec.get("result") != "ok" or rec.get("name") != self.after:
+            return
+        token = rec.get("token")
+        finished = rec.get("finished_ms")
+        if isinstance(finished, int | float) and r.clock.now() - finished > AFTER_MS:
+            r.log(
+                f"cron {r.spec.name}: run of {self.after} (token {token}) finished "
+                f"{iso(int(finished))}, more than an hour ago: not run after it"
+            )
+            return
+        res = calls.cron_trigger(
+            r.rs,
+            r.k,
+            request={
+                "id": f"a{new_owner_id()[:16]}",
+                "by": r.host,
+                "cause": f"after {self.after}",
+                "after_token": token,
+            },
+            ttl_ms=AFTER_MS,
+            after=self.after,
+            entry=entry_id,
+        )
+        r.debug(f"cron {r.spec.name}: after {self.after} token {token}: {res.status}")
+
+    def close(self) -> None:
+        self._closed = True
+        if self._client is not None:
+            clients.close(self._client)
+
+
+# --- cycles -------------------------------------------------------------------------------
+def check_cycles(
+    edges: Mapping[str, Sequence[str]], roots: Sequence[str] = (), field: str = "--after"
+) -> None:
+    """Refuse (BadInput, exit 2) a cycle in the ``B -> [A...]`` "runs after" graph;
+    searched from ``roots`` first (the crons being started: the message starts there)."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        path.append(n)
+        for m in edges.get(n, ()):
+            if state.get(m) == 1:
+                cyc = path[path.index(m) :] + [m]
+                raise errors.BadInput(
+                    field, f"a cycle of crons running after each other: {' after '.join(cyc)}"
+                )
+            if m not in state:
+                visit(m)
+        path.pop()
+        state[n] = 2
+
+    for n in [*roots, *sorted(edges)]:
+        if n not in state:
+            visit(n)
+
+
+def registered_after(rs: Context, names: Sequence[str]) -> dict[str, list[str]]:
+    """What runners registered: cron -> the crons it runs after (state field ``after``),
+    for the crons reachable from ``names``."""
+    out: dict[str, list[str]] = {}
+    todo = list(names)
+    while todo:
+        n = todo.pop()
+        if n in out:
+            continue
+        raw = rs.redis.hget(rs.keys.cron(n).state, "after")
+        deps = [d for d in _s(raw).split(",") if d] if raw else []
+        out[n] = deps
+        todo.extend(deps)
+    return out
+
+
+# --- the asker ----------------------------------------------------------------------------
+def trigger(
+    rs: Context,
+    name: str,
+    *,
+    wait: bool = False,
+    timeout_ms: int | None = None,
+    host: str | None = None,
+    on_taken: Callable[[dict[str, Any]], None] | None = None,
+    take_ms: int = TAKE_MS,
+) -> dict[str, Any]:
+    """Ask the cron's live runners to run it now; returns ``{name, id, status, host,
+    token, triggered_by}`` once a runner took it, plus with ``wait`` the run's
+    ``result``, ``exit_code``, ``error`` and ``timed_out`` (True when ``timeout_ms``
+    ran out first). Raises :class:`errors.NotFound` (unknown, no runner, not
+    taken in time) or :class:`errors.Conflict` (paused, previous run active)."""
+    validate.name(name, "NAME")
+    k = rs.keys.cron(name)
+    by = host or str(rs.identity()["host"])
+    rid = f"m{new_owner_id()[:16]}"
+    last = rs.redis.xrevrange(k.history, count=1)
+    since = _s(last[0][0]) if last else "0-0"
+    res = calls.cron_trigger(
+        rs, k, request={"id": rid, "by": by, "cause": "manual"}, ttl_ms=take_ms
+    )
+    st = res.status
+    if st == "unknown":
+        raise errors.NotFound(f'no cron "{name}": no runner ever registered it')
+    if st == "no-runner":
+        raise errors.NotFound(
+            f"cron {name}: no live runner to run it (start one: rsched run cron {name} ...)"
+        )
+    if st == "paused":
+        raise errors.Conflict(f"cron {name} is paused: rsched resume {name} first")
+    if st == "sharded":
+        raise errors.Conflict(f"cron {name} is sharded or broadcast: it cannot be triggered")
+    # Blocking reads on a client of their own (longer than the shared one's socket timeout).
+    client = clients.clone(rs.redis, socket_timeout=max(take_ms / 1000, 30) + 10, max_connections=1)
+    try:
+        return _answer(
+            rs,
+            client,
+            name,
+            k,
+            rid,
+            by,
+            since,
+            res.live_runners,
+            wait,
+            timeout_ms,
+            on_taken,
+            take_ms,
+        )
+    finally:
+        clients.close(client)
+
+
+def _answer(
+    rs: Context,
+    client: Any,
+    name: str,
+    k: Any,
+    rid: str,
+    by: str,
+    since: str,
+    live: int,
+    wait: bool,
+    timeout_ms: int | None,
+    on_taken: Callable[[dict[str, Any]], None] | None,
+    take_ms: int,
+) -> dict[str, Any]:
+    reply_key = k.trigger_reply(rid)
+    got = client.blpop([reply_key], timeout=take_ms / 1000)
+    if not got:
+        got = _withdraw(rs, client, k, rid, reply_key)
+    if not got:
+        raise errors.NotFound(
+            f"cron {name}: no runner took the run within {take_ms / 1000:g}s "
+            f"({live} registered; they may have died); the request was withdrawn"
+        )
+    ans = json.loads(_s(got[1]))
+    out: dict[str, Any] = {
+        "name": name,
+        "id": rid,
+        "status": ans.get("status"),
+        "host": ans.get("host"),
+        "token": ans.get("token"),
+        "triggered_by": by,
+    }
+    if ans.get("status") == "paused":
+        raise errors.Conflict(f"cron {name} is paused: rsched resume {name} first")
+    if ans.get("status") == "skipped":
+        raise errors.Conflict(f"cron {name}: not run: {ans.get('message')}")
+    if on_taken is not None:
+        on_taken(out)
+    if wait:
+        # The run lock shows a run that ended with no record (its runner died): lost.
+        watch = ans.get("status") == "run" and rs.redis.hget(k.state, "concurrency") != "allow"
+        lock_token = out["token"] if watch else None
+        out.update(_wait_record(client, k, rid, since, timeout_ms, lock_token))
+        if out.get("token") is None and out.get("record_token") is not None:
+            out["token"] = out["record_token"]
+        out.pop("record_token", None)
+    return out
+
+
+def _withdraw(rs: Context, client: Any, k: Any, rid: str, reply_key: str) -> Any:
+    """Remove our unclaimed request; when a runner took it meanwhile, its answer."""
+    for m in rs.redis.zrange(k.triggers, 0, -1):
+        try:
+            if json.loads(_s(m)).get("id") == rid and rs.redis.zrem(k.triggers, m):
+                return None
+        except ValueError:
+            continue
+    return client.blpop([reply_key], timeout=2)
+
+
+def _wait_record(
+    client: Any,
+    k: Any,
+    rid: str,
+    since: str,
+    timeout_ms: int | None,
+    lock_token: int | None = None,
+) -> dict[str, Any]:
+    """Follow the cron's history (XREAD BLOCK) until the run's record appears. With
+    ``lock_token`` (the run holds the run lock): every 5 s of silence, a run lock no
+    longer of that token with still no record means the run is ``lost`` (its runner
+    died; cron-finish-5 writes the record and frees the lock in one step)."""
+    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    cursor = since
+    gone = False
+    while True:
+        left = 5.0 if deadline is None else min(deadline - time.monotonic(), 5.0)
+        if left <= 0:
+            return {"result": None, "exit_code": None, "timed_out": True}
+        block = None if gone else max(int(left * 1000), 1)
+        got = client.xread({k.history: cursor}, count=100, block=block)
+        if not got and gone:
+            return {
+                "result": "lost",
+                "exit_code": None,
+                "error": "the run's lock expired and no record came: its runner died",
+                "timed_out": False,
+            }
+        if not got and lock_token is not None:
+            gone = _s(client.hget(k.run_lock, "token") or "") != str(lock_token)
+        for entry_id, fields in got[0][1] if got else []:
+            cursor = _s(entry_id)
+            raw = fields.get("j", fields.get(b"j"))
+            try:
+                rec = json.loads(_s(raw))
+            except (TypeError, ValueError):
+                continue
+            if isinstance(rec, dict) and rec.get("trigger") == rid:
+                return {
+                    "result": rec.get("result"),
+                    "exit_code": rec.get("exit_code"),
+                    "error": rec.get("error") or None,
+                    "record_token": rec.get("token"),
+                    "timed_out": False,
+                }
+
+
+def exit_status(out: Mapping[str, Any]) -> int:
+    """``trigger --wait``'s exit status: the job's (1 when it has none: lost, skipped)."""
+    if out.get("timed_out"):
+        return 1
+    if out.get("result") == "ok":
+        return 0
+    code = out.get("exit_code")
+    return int(code) if isinstance(code, int) and 0 < code < 256 else 1
+
+
+__all__ = [
+    "AFTER_MS",
+    "TAKE_MS",
+    "AfterFollower",
+    "Inbox",
+    "check_cycles",
+    "exit_status",
+    "registered_after",
+    "trigger",
+]

@@ -1,0 +1,92 @@
+-- cron-trigger-claim-8: a runner claims one run request (from cron-trigger-5)
+-- and runs it like a tick fired at the server's now: the same pause switch,
+-- concurrency policy, run lock and fencing token as cron-tick-8. Only one
+-- runner's ZREM removes the request: that runner, and only it, acts on it.
+--
+-- KEYS[1] triggers  ZSET request JSON -> when asked (ms)
+-- KEYS[2] reply     LIST the asker's answer (a JSON object; expires after 60 s)
+-- KEYS[3] state     HASH cron state (last_run_fire, last_result, last_host, replace_fire)
+-- KEYS[4] lock      HASH the run lock (see _lock.lua)
+-- KEYS[5] fence     STRING fencing counter
+-- KEYS[6] paused    STRING present while paused
+-- KEYS[7] history   STREAM execution records (capped)
+-- KEYS[8] wake      ZSET wake-up of the run lock's holder (concurrency replace)
+-- ARGV[1] request   the request's member text, as read from `triggers`
+-- ARGV[2] owner     string, owner id for the run lock
+-- ARGV[3] ttl       integer ms, run-lock lease
+-- ARGV[4] host      string
+-- ARGV[5] pid       integer
+-- ARGV[6] concurrency 'forbid' | 'allow' | 'replace'
+-- ARGV[7] maxlen    integer, history cap
+-- ARGV[8] name      string, the cron's name
+-- Returns {status, now[, token]}; status (also sent to the asker as {"status": ...}):
+--   'gone'     another runner claimed it, or the asker withdrew it (nothing written)
+--   'expired'  nobody claimed it in time: dropped (recorded `missed` for an --after run)
+--   'paused'   recorded `skipped` (paused)
+--   'skipped'  concurrency forbid and a run is active: recorded `skipped`
+--   'replace'  concurrency replace: the running job was asked to stop; this run waits
+--              as replace_fire = now (take it with cron-start-5), token not known yet
+--   'run'      run it now with fencing token `token` (fire_ms = now)
+--@include _now.lua
+--@include _record.lua
+--@include _lock.lua
+--@include _cron.lua
+
+local now = now_ms()
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  return {'gone', now}
+end
+local req = cjson.decode(ARGV[1])
+local host, pid, maxlen, name = ARGV[4], ARGV[5], ARGV[7], ARGV[8]
+local function note(result, err)
+  local rec = {kind = 'cron', name = name, fire_ms = now, started_ms = now, finished_ms = now,
+    duration_ms = 0, result = result, host = host, pid = tonumber(pid), error = err,
+    cause = req['cause'], triggered_by = req['by'], trigger = req['id']}
+  if req['after_token'] then rec['after_token'] = req['after_token'] end
+  history(KEYS[7], maxlen, rec)
+end
+local function answer(t)
+  redis.call('LPUSH', KEYS[2], cjson.encode(t))
+  redis.call('PEXPIRE', KEYS[2], 60000)
+end
+if tonumber(req['exp'] or now) < now then
+  if req['after_token'] then
+    note('missed', 'no runner claimed it within ' .. (now - tonumber(req['exp'])) .. ' ms of its bound')
+  end
+  return {'expired', now}
+end
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  note('skipped', 'paused')
+  answer({status = 'paused', host = host})
+  return {'paused', now}
+end
+local conc = ARGV[6]
+local tok
+if conc == 'allow' then
+  tok = redis.call('INCR', KEYS[5])
+else
+  tok = lock_try(KEYS[4], KEYS[5], ARGV[2], tonumber(ARGV[3]), host, pid, now)
+  if not tok then
+    local h = lock_holder(KEYS[4])
+    if conc == 'replace' then
+      cron_supersede(KEYS[3], KEYS[7], maxlen, name, tostring(now), now, host, pid)
+      redis.call('HSET', KEYS[3], 'replace_fire', now)
+      cron_ask_stop(KEYS[4], KEYS[8], tostring(now), tonumber(ARGV[3]))
+      answer({status = 'replace', host = host, fire_ms = now,
+        message = 'the running job (token ' .. h[3] .. ') was asked to stop'})
+      return {'replace', now}
+    end
+    local why = 'previous run still active (host ' .. h[1] .. ', pid ' .. h[2] .. ', token ' .. h[3] .. ')'
+    note('skipped', why)
+    answer({status = 'skipped', host = host, message = why})
+    return {'skipped', now}
+  end
+  redis.call('HSET', KEYS[4], 'fire', now)
+  if conc == 'replace' then
+    cron_supersede(KEYS[3], KEYS[7], maxlen, name, tostring(now), now, host, pid)
+    redis.call('DEL', KEYS[8])
+  end
+end
+redis.call('HSET', KEYS[3], 'last_run_fire', now, 'last_result', 'running', 'last_host', host)
+answer({status = 'run', host = host, token = tok, fire_ms = now})
+return {'run', now, tok}
