@@ -458,12 +458,7 @@ def create_app(
         return lambda request, body: A.switch(rs, None, queue_name(request), pausing, False)[0]
 
     def trigger(request: Request, body: dict[str, Any]) -> Any:
-        name = cron_name(request)
-        fn = getattr(rs, "trigger", None)
-        if fn is None:
-            raise HttpError(501, "triggering a cron is not available in this version of rsched")
-        got = fn(name)
-        return got.to_json() if hasattr(got, "to_json") else got
+        return rs.trigger(cron_name(request))
 
     def task_ref_of(body: dict[str, Any]) -> Any:
         from rsched.queue.specs import task_ref

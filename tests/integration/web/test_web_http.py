@@ -230,13 +230,37 @@ def test_actions_with_csrf_through_the_library(cli: Cli, rs: Rsched) -> None:
         assert (
             c.post("/api/locks/web.lock/unlock", headers=h, json={"token": tok}).status_code == 404
         )
-        if not hasattr(Rsched, "trigger"):
-            r = c.post("/api/crons/web.job/trigger", headers=h)
-            assert r.status_code == 501 and "trigger" in r.json()["error"]
+        # no live runner of the cron (it was stopped): 404, as `rsched trigger` exits 3
+        r = c.post("/api/crons/web.job/trigger", headers=h)
+        assert r.status_code == 404 and "runner" in r.json()["error"], r.text
     # every action is in the server's log with who made it
     log = w.log()
     assert "rsched web: cron.pause name=web.job by local from 127.0.0.1: done" in log
     assert "lock.unlock name=web.lock by local from 127.0.0.1: refused" in log
+
+
+def test_trigger_runs_the_cron_now_through_its_live_runner(cli: Cli, rs: Rsched) -> None:
+    # a yearly cron: any run in this test is the trigger's
+    runner = cli.spawn("run", "cron", "web.yearly", "--schedule", "0 0 1 1 *", "--", "true")
+    try:
+        wait_for(lambda: cli.json("crons") != [], timeout=15, what="the cron to register")
+        w = start_web(cli)
+        with w.client() as c:
+            h = {"X-CSRF-Token": _csrf(c.get("/").text)}
+            r = c.post("/api/crons/web.yearly/trigger", headers=h)
+            assert r.status_code == 200, r.text
+            assert r.json()["name"] == "web.yearly"
+            runs = wait_for(
+                lambda: cli.json("history", "web.yearly"), timeout=15, what="the manual run"
+            )
+            assert [(x["cause"], x["result"]) for x in runs] == [("manual", "ok")]
+            cli("pause", "web.yearly")
+            r = c.post("/api/crons/web.yearly/trigger", headers=h)
+            assert r.status_code == 409 and "paused" in r.json()["error"], r.text
+        assert "cron.trigger name=web.yearly by local from 127.0.0.1: done" in w.log()
+    finally:
+        runner.terminate()
+        runner.wait(timeout=15)
 
 
 def test_read_only_refuses_every_action(cli: Cli, rs: Rsched) -> None:
