@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
+from rsched.cli.loop_opts import alert_sinks, check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.cli.params import (
     ASCII_INT,
@@ -312,8 +312,9 @@ def run_cron(
                 on_lock_lost=on_lock_lost,
             )
         ]
+    sinks = alert_sinks(app, [f"c:{sp.name}" for sp in specs])
     rs = app.rs  # connects (exit 69 when unreachable at start)
-    start_loop(app, metrics_port)
+    start_loop(app, metrics_port, sinks)
     stop = threading.Event()
     interrupted: list[int] = []
 

@@ -34,7 +34,7 @@ The types each consumer runs are registered beside it (``handles``), so
 A command runs through :mod:`rsched.runtime.handlers` (the one runner every
 loop uses): :func:`command_for` builds its argv, environment and stdin. Its
 stdout and stderr tails are the run's log, written by ``log-put-3`` in one
-pipeline per settled batch right after ``ack-4``/``fail-7``; a run that wrote
+pipeline per settled batch right after ``ack-4``/``fail-8``; a run that wrote
 nothing keeps none (and costs no round trip).
 """
 

@@ -6,7 +6,7 @@ one "waker" thread blocks on the queues' wake-up markers.
 Each turn of the main loop:
 
 1. settles finished runs: one ``ack-4`` per queue for the successes (a batch,
-   never a round trip per task), ``fail-7`` for failures (retry after an
+   never a round trip per task), ``fail-8`` for failures (retry after an
    exponential backoff with full jitter, or dead-letter), ``release-4`` for
    tasks given back at shutdown;
 2. heartbeats every held task of a queue in one ``heartbeat-2`` call, every

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rsched.core.defaults import EVENTS_MAXLEN
 from rsched.core.keys import ExpiredKeys, QueueKeys
 from rsched.lua.loader import Scripts
 
@@ -410,7 +411,7 @@ def cancel_batch(
 # === end of queue =============================================================
 
 
-# === consumer: claim-11, ack-4, fail-7, heartbeat-2, release-4 ================
+# === consumer: claim-11, ack-4, fail-8, heartbeat-2, release-4 ================
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,10 +524,10 @@ def fail(
     default_max_attempts: int,
     client: Any = None,
 ) -> tuple[str, int] | None:
-    """``fail-7``: retry the run after ``backoff_ms`` or dead-letter it. Returns
+    """``fail-8``: retry the run after ``backoff_ms`` or dead-letter it. Returns
     ("retry", due) | ("dead", died_at) | ("stale", 0); None when ``client`` is a
     pipeline (read the reply from its ``execute()``: :func:`fail_reply`)."""
-    keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake]
+    keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake, q.events]
     args: list[Any] = [
         history_maxlen,
         member,
@@ -537,13 +538,14 @@ def fail(
         result,
         "1" if dead_now else "0",
         default_max_attempts,
+        EVENTS_MAXLEN,
     ]
-    out = ctx.scripts("fail-7", keys, args, client=client)
+    out = ctx.scripts("fail-8", keys, args, client=client)
     return None if out is None else fail_reply(out)
 
 
 def fail_reply(out: Any) -> tuple[str, int]:
-    """A ``fail-7`` reply (as a pipeline returns it) as (what, ms)."""
+    """A ``fail-8`` reply (as a pipeline returns it) as (what, ms)."""
     return str(out[0]), int(out[1])
 
 
@@ -568,7 +570,7 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 # === end of consumer ==========================================================
 
 
-# === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
+# === cron: cron-tick-9, cron-start-5, cron-finish-6, cron-heartbeat-1,
 #     cron-pause-2, cron-shard-7, cron-forget-9 ================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
@@ -577,7 +579,7 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class CronTickReply:
-    """What ``cron-tick-8`` answers: the status (see the script's header), the
+    """What ``cron-tick-9`` answers: the status (see the script's header), the
     server's clock, the run's fencing token (``run``), and with a WaitPolicy the
     replicas that acknowledged the claim (else None)."""
 
@@ -606,9 +608,9 @@ def cron_tick(
     runner_ttl_ms: int,
     wait: WaitPolicy | None = None,
 ) -> CronTickReply:
-    """``cron-tick-8``: claim tick ``fire_ms`` (``mode`` 'fire' or 'missed') and
+    """``cron-tick-9``: claim tick ``fire_ms`` (``mode`` 'fire' or 'missed') and
     apply the cron's policies; ``wait``: WAIT for replicas after it."""
-    keys = [k.ticks, k.state, k.run_lock, k.fence, k.paused, k.history, k.runners, k.wake]
+    keys = [k.ticks, k.state, k.run_lock, k.fence, k.paused, k.history, k.runners, k.wake, k.events]
     args: list[Any] = [
         fire_ms,
         mode,
@@ -623,8 +625,9 @@ def cron_tick(
         history_maxlen,
         name,
         runner_ttl_ms,
+        EVENTS_MAXLEN,
     ]
-    res, acked = _cron_call(ctx, "cron-tick-8", keys, args, wait)
+    res, acked = _cron_call(ctx, "cron-tick-9", keys, args, wait)
     st = str(res[0])
     return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None, acked)
 
@@ -663,15 +666,26 @@ def cron_finish(
     record: Mapping[str, Any],
     wake: bool,
 ) -> bool:
-    """``cron-finish-5``: a run ended: release the run lock (``owner`` "" when the
+    """``cron-finish-6``: a run ended: release the run lock (``owner`` "" when the
     run held none), append ``record`` (JSON-encoded here); ``wake``: end the
     run's blocking watchdog's wait. Whether the lock was released."""
     res = ctx.scripts(
-        "cron-finish-5",
-        [k.run_lock, k.state, k.history, k.stats, k.wake],
-        [owner, history_maxlen, _cron_json(record), 1 if wake else 0],
+        "cron-finish-6",
+        [k.run_lock, k.state, k.history, k.stats, k.wake, k.events],
+        [owner, history_maxlen, _cron_json(record), 1 if wake else 0, EVENTS_MAXLEN],
     )
     return int(res[0]) == 1
+
+
+def event_silent(
+    ctx: Ctx, k: CronKeys, *, name: str, fire_ms: int, seen_ms: int, host: str
+) -> bool:
+    """``event-silent-2``: record ``cron.silent`` for the unrun tick ``fire_ms``,
+    once per silence (nothing ran since ``seen_ms``). Whether it was recorded."""
+    res = ctx.scripts(
+        "event-silent-2", [k.state, k.events], [fire_ms, seen_ms, name, host, EVENTS_MAXLEN]
+    )
+    return int(res) == 1
 
 
 def cron_heartbeat(ctx: Ctx, k: CronKeys, runner: str, ttl_ms: int) -> tuple[int, int]:
@@ -774,7 +788,7 @@ def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
 # === end of cron ==============================================================
 
 
-# === locks: lock-acquire-2, lock-renew-1, lock-release-3, lock-unlock-2,
+# === locks: lock-acquire-2, lock-renew-1, lock-release-4, lock-unlock-2,
 #     exec-acquire-3 ===========================================================
 # (The keys are :class:`rsched.core.keys.LockKeys`; renewal and an operator's
 # release take the lock key itself, since a cron's run lock is one too.)
@@ -846,17 +860,18 @@ def lock_release(
     record: Mapping[str, Any] | None,
     keep_ms: int,
 ) -> bool:
-    """``lock-release-3``: release ``owner``'s lock, wake one waiter (the wake-up
+    """``lock-release-4``: release ``owner``'s lock, wake one waiter (the wake-up
     stays ``keep_ms``), append ``record`` (JSON-encoded here; None: no record).
     Whether it was released."""
     res = ctx.scripts(
-        "lock-release-3",
-        [k.lock, k.history, k.wake],
+        "lock-release-4",
+        [k.lock, k.history, k.wake, k.events],
         [
             owner,
             history_maxlen if record else 0,
             _lock_json(record) if record else "",
             keep_ms,
+            EVENTS_MAXLEN,
         ],
     )
     return int(res[0]) == 1

@@ -658,7 +658,7 @@ def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
     assert rs.scripts("ack-4", [q.proc, q.tasks, q.history, q.stats], [100, *stale, ""]) == [0]
     fail_keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake]
     assert (
-        rs.scripts("fail-7", fail_keys, [100, *stale, "e", 10, "", "failed", "0", 5])[0] == "stale"
+        rs.scripts("fail-8", fail_keys, [100, *stale, "e", 10, "", "failed", "0", 5])[0] == "stale"
     )
     assert rs.scripts("release-4", [q.sched, q.proc, q.tasks, q.wake], stale) == 0
     assert rs.show("t.tok", "x").state == "processing"
