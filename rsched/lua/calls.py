@@ -571,7 +571,7 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 
 # === cron: cron-tick-9, cron-start-5, cron-finish-6, cron-heartbeat-1,
-#     cron-pause-2, cron-shard-7, cron-forget-9 ================================
+#     cron-pause-2, cron-shard-7, cron-forget-11 ================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
 # on one connection and the reply says how many replicas acknowledged it.)
@@ -766,7 +766,7 @@ def _cron_json(record: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CronForgetReply:
-    """What ``cron-forget-9`` answers: whether it was refused (live runners and no
+    """What ``cron-forget-11`` answers: whether it was refused (live runners and no
     force: nothing deleted), the live runners, and the keys deleted."""
 
     refused: bool
@@ -775,11 +775,23 @@ class CronForgetReply:
 
 
 def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
-    """``cron-forget-9``: delete every key of the cron, in one step, unless a runner
+    """``cron-forget-11``: delete every key of the cron, in one step, unless a runner
     is live (``force``: even then)."""
     res = ctx.scripts(
-        "cron-forget-9",
-        [k.ticks, k.state, k.runners, k.run_lock, k.wake, k.fence, k.paused, k.history, k.stats],
+        "cron-forget-11",
+        [
+            k.ticks,
+            k.state,
+            k.runners,
+            k.run_lock,
+            k.wake,
+            k.fence,
+            k.paused,
+            k.history,
+            k.stats,
+            k.events,
+            k.events_done,
+        ],
         ["1" if force else "0"],
     )
     return CronForgetReply(str(res[0]) == "live", int(res[1]), int(res[2]))

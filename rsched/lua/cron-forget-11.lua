@@ -1,4 +1,4 @@
--- cron-forget-9: forget a retired cron: delete every key of it but its fencing
+-- cron-forget-11: forget a retired cron: delete every key of it but its fencing
 -- counter, in one step, unless a runner is live (then nothing is deleted). The
 -- counter stays (a few bytes) so that fencing tokens only go up, also for a new
 -- cron later started under the same name (guarantee 4). A runner that registers concurrently
@@ -14,6 +14,8 @@
 -- KEYS[7] paused   STRING present while paused
 -- KEYS[8] history  STREAM execution records
 -- KEYS[9] stats    HASH result -> count
+-- KEYS[10] events  STREAM the cron's events
+-- KEYS[11] evdone  HASH their delivery outcomes
 -- ARGV[1] force    '1': forget even while runners are live | '0'
 -- Returns {status, live runners, keys deleted}: status 'live' (refused: nothing
 -- deleted) or 'done' (keys deleted may be 0: there was nothing to forget).
