@@ -159,7 +159,7 @@ def consumer(
     check_metrics_port(metrics_port)
     sinks = alert_sinks(app, [f"q:{q}" for q in (queues or ("default",))])
     # Everything is checked; only now touch Redis.
-    start_loop(app, metrics_port, sinks)
+    events = start_loop(app, metrics_port, sinks)
     c = Consumer(
         app.rs,
         handlers=table,
@@ -170,5 +170,6 @@ def consumer(
         log=app.log,
     )
     c.run()
+    events.stop(events.drain_budget_s())  # what the last runs recorded, delivered
     if c.interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
         raise SystemExit(int(ExitCode.INTERRUPTED))

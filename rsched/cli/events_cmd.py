@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
@@ -59,19 +58,17 @@ def events(app: App, limit: int, follow: bool) -> None:
     """
     if not 1 <= limit <= 1000:
         raise BadInput("--limit", f"{limit} is not in 1-1000")
-    from rsched.tools.events import recent
+    from rsched.tools.events import follow as follow_events
 
-    rows = app.rs.events(limit=limit)
     if not follow:
-        table(rows, COLUMNS, app.fmt, empty="no events")
+        table(app.rs.events(limit=limit), COLUMNS, app.fmt, empty="no events")
         return
-    seen = {r["event_id"] for r in rows}
-    _show(app, list(reversed(rows)))
-    while True:
-        time.sleep(0.5)
-        new = [r for r in recent(app.rs, 50) if r["event_id"] not in seen]
-        seen |= {r["event_id"] for r in new}
-        _show(app, list(reversed(new)))
+    # The streams' positions first, then the recent events: nothing falls between.
+    batches = iter(follow_events(app.rs))
+    next(batches)
+    _show(app, list(reversed(app.rs.events(limit=limit))))
+    for new in batches:
+        _show(app, new)
 
 
 def _show(app: App, rows: list[dict[str, Any]]) -> None:

@@ -59,6 +59,8 @@ read it again. :func:`due_of_score` turns a score back into the due time.
     {ns}:queue-config          HASH  queue -> partition count (written on first use)
     {ns}:alert-sinks           HASH  sink id -> its definition without secrets (JSON), for
                                      `rsched events` to know each sink's events and match
+    {ns}:alert-stats           HASH  "SINK_ID OUTCOME" -> deliveries (delivered | failed |
+                                     retried: an attempt that failed and will be retried)
 
 A partitioned queue (``partitions = N``) is N queues of the layout above, one
 per hash tag ``{q:QUEUE#0}`` ... ``{q:QUEUE#N-1}`` (``#`` is not allowed in a
@@ -379,6 +381,11 @@ class Keys:
     def alert_sinks(self) -> str:
         """HASH sink id -> the sink's definition without secrets (JSON)."""
         return f"{self.ns}:alert-sinks"
+
+    @property
+    def alert_stats(self) -> str:
+        """HASH "SINK_ID OUTCOME" -> deliveries by outcome (``rsched metrics``)."""
+        return f"{self.ns}:alert-stats"
 
     @property
     def locks(self) -> str:

@@ -73,7 +73,7 @@ def script_and_wait(
     return res, int(acked)
 
 
-# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6, cancel-batch-5
+# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-7, cancel-batch-5
 # ==============================================================================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
@@ -386,11 +386,11 @@ def retry(c: Ctx, q: QueueKeys, members: Sequence[str]) -> int:
 def requeue_stale(
     c: Ctx, q: QueueKeys, limit: int, dry_run: bool, maxlen: int, queue: str, default_max: int
 ) -> tuple[int, int, bool]:
-    """``requeue-stale-6``: (requeued, dead-lettered, whether more are left)."""
+    """``requeue-stale-7``: (requeued, dead-lettered, whether more are left)."""
     rq, rd, more = c.scripts(
-        "requeue-stale-6",
-        [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake],
-        [limit, "1" if dry_run else "0", maxlen, queue, default_max],
+        "requeue-stale-7",
+        [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake, q.events],
+        [limit, "1" if dry_run else "0", maxlen, queue, default_max, EVENTS_MAXLEN],
     )
     return int(rq), int(rd), bool(int(more))
 
@@ -411,12 +411,12 @@ def cancel_batch(
 # === end of queue =============================================================
 
 
-# === consumer: claim-11, ack-4, fail-8, heartbeat-2, release-4 ================
+# === consumer: claim-12, ack-4, fail-8, heartbeat-2, release-4 ================
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimReply:
-    """What ``claim-11`` answers: the server's clock, the queue's next due time and
+    """What ``claim-12`` answers: the server's clock, the queue's next due time and
     next lease expiry (-1: none), whether it is paused, the leases reaped, and the
     claimed tasks (7 fields each: member, payload, attempt, max_attempts, token,
     due, last_error)."""
@@ -456,7 +456,7 @@ def claim(
     park_limit: int | None = None,
     type_patterns: Sequence[str] = (),
 ) -> ClaimReply:
-    """``claim-11``: register ``consumer``, reap expired leases, claim up to
+    """``claim-12``: register ``consumer``, reap expired leases, claim up to
     ``max_tasks`` due tasks of the types ``type_patterns`` (anchored Lua patterns;
     none: every type), parking at most ``park_limit`` due tasks of other types."""
     args: list[Any] = [
@@ -469,9 +469,11 @@ def claim(
         queue,
         default_max_attempts,
         1 if check else 0,
+        handles_json or "",
+        park_limit if park_limit is not None else 0,
+        EVENTS_MAXLEN,
+        *type_patterns,
     ]
-    if handles_json is not None or park_limit is not None or type_patterns:
-        args += [handles_json or "", park_limit if park_limit is not None else 0, *type_patterns]
     keys = [
         q.sched,
         q.proc,
@@ -484,8 +486,9 @@ def claim(
         q.history,
         q.lanes,
         q.handles,
+        q.events,
     ]
-    out = ctx.scripts("claim-11", keys, args)
+    out = ctx.scripts("claim-12", keys, args)
     return ClaimReply(
         int(out[0]),
         int(out[1]),
@@ -571,7 +574,7 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 
 # === cron: cron-tick-9, cron-start-5, cron-finish-6, cron-heartbeat-1,
-#     cron-pause-2, cron-shard-7, cron-forget-11 ================================
+#     cron-pause-2, cron-shard-8, cron-forget-11 ================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
 # on one connection and the reply says how many replicas acknowledged it.)
@@ -702,7 +705,7 @@ def cron_pause(ctx: Ctx, k: CronKeys, pause: bool) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CronShardReply:
-    """What ``cron-shard-7`` answers: the status ('early', 'missed', 'paused',
+    """What ``cron-shard-8`` answers: the status ('early', 'missed', 'paused',
     'ok'), the server's clock, the items claimed with their fencing tokens, and
     with a WaitPolicy the replicas that acknowledged the claim (else None)."""
 
@@ -729,9 +732,9 @@ def cron_shard(
     runner_ttl_ms: int,
     wait: WaitPolicy | None = None,
 ) -> CronShardReply:
-    """``cron-shard-7``: claim this runner's items of tick ``fire_ms`` (``mode``
+    """``cron-shard-8``: claim this runner's items of tick ``fire_ms`` (``mode``
     'own', 'steal' or 'broadcast'); ``wait``: WAIT for replicas after it."""
-    keys = [k.ticks, k.state, k.shards(fire_ms), k.runners, k.paused, k.history, k.fence]
+    keys = [k.ticks, k.state, k.shards(fire_ms), k.runners, k.paused, k.history, k.fence, k.events]
     args: list[Any] = [
         fire_ms,
         mode,
@@ -744,8 +747,9 @@ def cron_shard(
         host,
         pid,
         runner_ttl_ms,
+        EVENTS_MAXLEN,
     ]
-    res, acked = _cron_call(ctx, "cron-shard-7", keys, args, wait)
+    res, acked = _cron_call(ctx, "cron-shard-8", keys, args, wait)
     got = [(str(res[j]), int(res[j + 1])) for j in range(2, len(res), 2)]
     return CronShardReply(str(res[0]), int(res[1]), got, acked)
 

@@ -278,29 +278,50 @@ def quick_sinks(commands: Sequence[str], urls: Sequence[str], sources: Iterable[
 
 @dataclass(frozen=True)
 class Source:
-    """A stream of events: a cron ("c"), a queue ("q") or a lock / exec ("l")."""
+    """A stream of events: a cron ("c"), a queue ("q") or a lock / exec ("l").
+    ``tag`` names the stream ("q:orders#3" for a partition: event ids use it);
+    ``owner`` is what a quick-use sink serves ("q:orders" for every partition)."""
 
     tag: str
     events: str
     done: str
+    owner: str = ""
+
+    @property
+    def serves(self) -> str:
+        return self.owner or self.tag
+
+
+def source(rs: Rsched, tag: str) -> Source:
+    """The source of one tag ("c:NAME", "q:QUEUE" or "q:QUEUE#i", "l:NAME")."""
+    from rsched.core.keys import logical_queue
+
+    kind, _, n = tag.partition(":")
+    if kind == "q":
+        q = rs.keys.queue(n)
+        return Source(tag, q.events, q.events_done, f"q:{logical_queue(n)}")
+    k = rs.keys.cron(n) if kind == "c" else rs.keys.lock(n)
+    return Source(tag, k.events, k.events_done, tag)
 
 
 def sources(rs: Rsched) -> list[Source]:
+    """Every source of the namespace: each registered cron, lock and queue (a
+    partitioned queue as its partitions, ``queue-config``)."""
+    from rsched.core.keys import partition_name
+
     pipe = rs.redis.pipeline(transaction=False)
     pipe.smembers(rs.keys.crons)
     pipe.smembers(rs.keys.queues)
     pipe.smembers(rs.keys.locks)
-    crons, queues, locks = pipe.execute()
-    out = []
-    for kind, names, build in (
-        ("c", crons, rs.keys.cron),
-        ("q", queues, rs.keys.queue),
-        ("l", locks, rs.keys.lock),
-    ):
-        for n in sorted(_s(x) for x in names):
-            k = build(n)
-            out.append(Source(f"{kind}:{n}", k.events, k.events_done))
-    return out
+    pipe.hgetall(rs.keys.queue_config)
+    crons, queues, locks, config = pipe.execute()
+    counts = {_s(q): _s(n) for q, n in (config or {}).items()}
+    tags = [f"c:{n}" for n in sorted(_s(x) for x in crons)]
+    for q in sorted(_s(x) for x in queues):
+        n = int(counts[q]) if counts.get(q, "").isdigit() else 1
+        tags += [f"q:{q}"] if n <= 1 else [f"q:{partition_name(q, i)}" for i in range(n)]
+    tags += [f"l:{n}" for n in sorted(_s(x) for x in locks)]
+    return [source(rs, t) for t in tags]
 
 
 def _s(v: Any) -> str:
@@ -353,7 +374,52 @@ def recent(rs: Rsched, limit: int = 50) -> list[dict[str, Any]]:
             raw = fields.get(b"j", fields.get("j"))
             rows.append((eid, s, render(s, eid, raw)))
     rows.sort(key=lambda r: _id_key(r[0]), reverse=True)
-    rows = rows[:limit]
+    return _annotate(rs, rows[:limit])
+
+
+def follow(rs: Rsched, every_s: float = 0.5) -> Iterable[list[dict[str, Any]]]:
+    """After the events there are now, each batch of new ones, oldest first
+    (forever; the caller stops). Each poll reads only what is past the last id
+    of each stream (one pipeline of XRANGE from there, no re-reading); the
+    sources are listed again every 5 s (a new cron or queue is followed from its
+    first event)."""
+    last: dict[Source, str] = {}
+    listed = 0.0
+    while True:
+        if time.monotonic() - listed >= 5:
+            fresh = [x for x in sources(rs) if x not in last]
+            if fresh:
+                pipe = rs.redis.pipeline(transaction=False)
+                for x in fresh:
+                    pipe.xrevrange(x.events, count=1)
+                for x, got in zip(fresh, pipe.execute(), strict=True):
+                    last[x] = _s(got[0][0]) if (got and not listed) else "0-0"
+            listed = time.monotonic()
+        pipe = rs.redis.pipeline(transaction=False)
+        srcs = list(last)
+        for x in srcs:
+            pipe.xrange(x.events, min=_after(last[x]), count=200)
+        rows: list[tuple[str, Source, dict[str, Any]]] = []
+        for x, entries in zip(srcs, pipe.execute(), strict=True):
+            for eid, fields in entries or []:
+                eid = _s(eid)
+                last[x] = eid
+                rows.append((eid, x, render(x, eid, fields.get(b"j", fields.get("j")))))
+        rows.sort(key=lambda r: _id_key(r[0]))
+        yield _annotate(rs, rows) if rows else []
+        time.sleep(every_s)
+
+
+def _after(eid: str) -> str:
+    """The first stream id after ``eid`` (an exclusive XRANGE start on any server)."""
+    ms, seq = _id_key(eid)
+    return f"{ms}-{seq + 1}"
+
+
+def _annotate(
+    rs: Rsched, rows: Sequence[tuple[str, Source, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Each event of ``rows`` with ``delivery`` and ``attempts``."""
     sinks = _known_sinks(rs)
     state = _delivery_state(rs, {s for _, s, _ in rows})
     out = []
@@ -389,7 +455,7 @@ def _known_sinks(rs: Rsched) -> dict[str, dict[str, Any]]:
 
 
 def _sink_takes(d: Mapping[str, Any], s: Source, ev: Mapping[str, Any]) -> bool:
-    if d.get("sources") is not None and s.tag not in d["sources"]:
+    if d.get("sources") is not None and s.serves not in d["sources"]:
         return False
     if int(ev.get("at_ms") or 0) < int(d.get("since_ms") or 0):
         return False
@@ -448,10 +514,17 @@ class Deliverer:
     SILENCE_EVERY_S = 15.0
 
     def __init__(
-        self, rs: Rsched, sinks: Sequence[Sink], log: Any = None, every: Any = None
+        self,
+        rs: Rsched,
+        sinks: Sequence[Sink],
+        log: Any = None,
+        every: Any = None,
+        only: Sequence[str] | None = None,
     ) -> None:
-        """``every``: called every SILENCE_EVERY_S (the dead-man's switch)."""
+        """``every``: called every SILENCE_EVERY_S (the dead-man's switch);
+        ``only``: serve just these source tags (``exec``: its own lock)."""
         self.rs = rs
+        self.only = list(only) if only is not None else None
         self.every = every
         self.sinks = list(sinks)
         self.me = f"{host_id()}:{os.getpid()}:{os.urandom(3).hex()}"
@@ -466,22 +539,41 @@ class Deliverer:
         self.failed = 0
 
     def start(self) -> Deliverer:
-        self._register()
+        self.register()
         self._thread = threading.Thread(target=self._run, name="rsched-events", daemon=True)
         self._thread.start()
         return self
 
     def stop(self, drain_s: float = 0.0) -> None:
         """End the thread; ``drain_s``: first deliver what is due, for that long at most."""
-        if drain_s > 0:
-            deadline = time.monotonic() + drain_s
-            while time.monotonic() < deadline and self.poll(force_sources=True):
-                pass
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(1.0, drain_s))
+        if drain_s > 0:
+            self.drain(drain_s)
 
-    def _register(self) -> None:
+    def drain(self, drain_s: float) -> None:
+        """Deliver what is due now, for ``drain_s`` at most (passes until one finds
+        nothing new to do): a first attempt of each new event; a failed one stays
+        pending in the sink's group for any other process with that sink to retry."""
+        deadline = time.monotonic() + drain_s
+        force = True
+        while time.monotonic() < deadline:
+            try:
+                if not self.poll(force_sources=force):
+                    return
+            except Exception as exc:  # noqa: BLE001 - best effort at exit
+                self.log(f"rsched: events: {exc}")
+                return
+            force = False
+
+    def drain_budget_s(self) -> float:
+        """How long :meth:`drain` may take: one attempt per sink, each bounded by
+        its timeout, plus a second for the round trips."""
+        return sum(s.timeout_ms for s in self.sinks) / 1000 + 1.0
+
+    def register(self) -> None:
+        """Note each sink as seen (``since_ms``: it takes events from now on)."""
         now = self.rs.now_ms()
         pipe = self.rs.redis.pipeline(transaction=False)
         for s in self.sinks:
@@ -511,12 +603,15 @@ class Deliverer:
         if not self.sinks:
             return False
         if force_sources or time.monotonic() - self._srcs_at > 5:
-            self._srcs = sources(self.rs)
+            if self.only is not None:
+                self._srcs = [source(self.rs, t) for t in self.only]
+            else:
+                self._srcs = sources(self.rs)
             self._srcs_at = time.monotonic()
         busy = False
         for sink in self.sinks:
             for src in self._srcs:
-                if sink.sources is not None and src.tag not in sink.sources:
+                if sink.sources is not None and src.serves not in sink.sources:
                     continue
                 busy |= self._pass(sink, src)
         return busy
@@ -567,21 +662,30 @@ class Deliverer:
             return
         body = json.dumps(ev, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         why = sink.deliver(body, str(ev["event"]))
+        # The outcome is written before the XACK, so `rsched events` never sees an
+        # event acknowledged without it (a crash between the two: a retry, no loss).
         if why is None:
-            r.xack(src.events, g, eid)
-            self.delivered += 1
             if attempt > 1:
                 self._done(src, eid, sink, f"delivered {attempt}")
+            r.xack(src.events, g, eid)
+            self.delivered += 1
+            self._count(sink, "delivered")
             return
         what = f"{ev['event']} {ev['event_id']} to {sink.describe()['target']}"
         if attempt >= MAX_ATTEMPTS:
-            r.xack(src.events, g, eid)
             self._done(src, eid, sink, f"failed {attempt}")
+            r.xack(src.events, g, eid)
             self.failed += 1
+            self._count(sink, "failed")
             self.log(f"rsched: alert {what} failed after {attempt} attempts: {why}")
             return
         r.xclaim(src.events, g, self.me, 0, [eid], justid=True)  # idle from now
+        self._count(sink, "retried")
         self.log(f"rsched: alert {what} attempt {attempt} failed ({why}); retrying")
+
+    def _count(self, sink: Sink, outcome: str) -> None:
+        """Count one attempt's outcome in ``{ns}:alert-stats`` (``rsched metrics``)."""
+        self.rs.redis.hincrby(self.rs.keys.alert_stats, f"{sink.id} {outcome}", 1)
 
     def _done(self, src: Source, eid: str, sink: Sink, outcome: str) -> None:
         r = self.rs.redis
@@ -593,3 +697,28 @@ class Deliverer:
                 old = [k for k in r.hkeys(src.done) if _id_key(_s(k).split(" ")[0]) < low]
                 if old:
                     r.hdel(src.done, *old)
+
+
+#: The outcomes counted per sink in ``{ns}:alert-stats``.
+OUTCOMES = ("delivered", "failed", "retried")
+
+
+def delivery_stats(rs: Rsched) -> list[tuple[str, str, str, int]]:
+    """(sink id, sink target without secrets, outcome, count) of every attempt
+    counted so far, for ``rsched_alert_deliveries_total``."""
+    pipe = rs.redis.pipeline(transaction=False)
+    pipe.hgetall(rs.keys.alert_stats)
+    pipe.hgetall(rs.keys.alert_sinks)
+    stats, defs = pipe.execute()
+    targets = {}
+    for sid, raw in (defs or {}).items():
+        try:
+            targets[_s(sid)] = str(json.loads(_s(raw)).get("target") or "")
+        except ValueError:
+            continue
+    out = []
+    for f, n in sorted((stats or {}).items()):
+        sid, _, outcome = _s(f).partition(" ")
+        if outcome in OUTCOMES:
+            out.append((sid, targets.get(sid, ""), outcome, int(n)))
+    return out

@@ -51,8 +51,8 @@ def test_two_runners_deliver_each_failure_once(cli: Any, tmp_path: Path) -> None
     evs = cli.json("events", "--limit", "1000")
     failed = [e for e in evs if e["event"] == "run.failed"]
     assert failed and all(e["name"] == "nightly" and e["result"] == "failed" for e in failed)
-    wait_for(lambda: len(_lines(out)) >= len(failed) or None, 5, what="all delivered")
-    got = [e["event_id"] for e in _lines(out)]
+    # (the sink gets every event of the cron: on a loaded machine also a tick.missed)
+    got = [e["event_id"] for e in _lines(out) if e["event"] == "run.failed"]
     assert sorted(got) == sorted(e["event_id"] for e in failed)  # each exactly once
     rows = [e for e in cli.json("events", "--limit", "1000") if e["event"] == "run.failed"]
     assert all(e["delivery"] == "delivered" and e["attempts"] == 1 for e in rows), rows
