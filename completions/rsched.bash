@@ -23,7 +23,7 @@ _rsched_options() {
     'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched doctor') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched events') echo '-n --limit -f --follow --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout -h --help' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --alert-command --alert-url -h --help' ;;
     'rsched forget') echo '--force --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json -v --verbose -q --quiet -h --help' ;;
@@ -65,7 +65,7 @@ _rsched_value_options() {
     'rsched demo') echo '--seconds --tasks --redis-url --partitions --format' ;;
     'rsched doctor') echo '--format' ;;
     'rsched events') echo '-n --limit --format' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --alert-command --alert-url' ;;
     'rsched forget') echo '--format' ;;
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;

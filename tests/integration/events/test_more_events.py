@@ -137,3 +137,27 @@ def test_events_follow_prints_each_new_event_once(cli: Any, rs: Any) -> None:
     p.terminate()
     rest, _ = p.communicate(timeout=10)
     assert rest.strip() == ""  # nothing printed twice
+
+
+def test_a_missed_tick_of_a_sharded_cron_is_one_tick_missed(rs: Any) -> None:
+    k = rs.keys.cron("sharded")
+    fire = rs.now_ms() - 10_000  # 10 s late, deadline 1 s: missed
+    args: dict[str, Any] = dict(
+        fire_ms=fire,
+        mode="own",
+        items=4,
+        deadline_ms=1000,
+        keep_ms=60_000,
+        history_maxlen=100,
+        name="sharded",
+        host="h1",
+        pid=1,
+        runner_ttl_ms=10_000,
+    )
+    for runner in ("r1", "r2"):  # two runners meet the same missed tick
+        assert calls.cron_shard(rs, k, runner=runner, **args).status == "missed"
+    rs.redis.sadd(rs.keys.crons, "sharded")
+    evs = rs.events()
+    assert [e["event"] for e in evs] == ["tick.missed"]
+    assert evs[0]["name"] == "sharded" and evs[0]["result"] == "missed"
+    assert evs[0]["fire_at"] and "late by" in evs[0]["error"]
