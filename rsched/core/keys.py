@@ -126,8 +126,24 @@ def partition_index(task_type: str, task_id: str, partitions: int) -> int:
     return zlib.crc32(member(task_type, task_id).encode("utf-8")) % partitions
 
 
+class _EventKeys:
+    """The events keys every source (queue, cron, lock) has beside its history."""
+
+    prefix: str
+
+    @property
+    def events(self) -> str:
+        """STREAM of events (SPEC §4), one consumer group per alert sink."""
+        return f"{self.prefix}:events"
+
+    @property
+    def events_done(self) -> str:
+        """HASH "EVENT_ID SINK" -> outcome of a delivery that took retries or failed."""
+        return f"{self.prefix}:evdone"
+
+
 @dataclass(frozen=True)
-class QueueKeys:
+class QueueKeys(_EventKeys):
     name: str
     prefix: str
 
@@ -200,23 +216,13 @@ class QueueKeys:
         """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
         return f"{self.prefix}:logidx"
 
-    @property
-    def events(self) -> str:
-        """STREAM of events (SPEC §4), one consumer group per alert sink."""
-        return f"{self.prefix}:events"
-
-    @property
-    def events_done(self) -> str:
-        """HASH "EVENT_ID SINK" -> outcome of a delivery that took retries or failed."""
-        return f"{self.prefix}:evdone"
-
     def live(self, token: object) -> str:
         """STREAM of a running command's output chunks (``rsched logs --follow``)."""
         return f"{self.prefix}:live:{token}"
 
 
 @dataclass(frozen=True)
-class CronKeys:
+class CronKeys(_EventKeys):
     name: str
     prefix: str
 
@@ -277,23 +283,13 @@ class CronKeys:
         """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
         return f"{self.prefix}:logidx"
 
-    @property
-    def events(self) -> str:
-        """STREAM of events (SPEC §4), one consumer group per alert sink."""
-        return f"{self.prefix}:events"
-
-    @property
-    def events_done(self) -> str:
-        """HASH "EVENT_ID SINK" -> outcome of a delivery that took retries or failed."""
-        return f"{self.prefix}:evdone"
-
     def live(self, token: object) -> str:
         """STREAM of a running command's output chunks (``rsched logs --follow``)."""
         return f"{self.prefix}:live:{token}"
 
 
 @dataclass(frozen=True)
-class LockKeys:
+class LockKeys(_EventKeys):
     name: str
     prefix: str
 
@@ -328,16 +324,6 @@ class LockKeys:
     def log_index(self) -> str:
         """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
         return f"{self.prefix}:logidx"
-
-    @property
-    def events(self) -> str:
-        """STREAM of events (SPEC §4), one consumer group per alert sink."""
-        return f"{self.prefix}:events"
-
-    @property
-    def events_done(self) -> str:
-        """HASH "EVENT_ID SINK" -> outcome of a delivery that took retries or failed."""
-        return f"{self.prefix}:evdone"
 
     def live(self, token: object) -> str:
         """STREAM of a running command's output chunks (``rsched logs --follow``)."""

@@ -9,24 +9,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from tests.integration.events.sinks import appender, lines
 from tests.support import wait_for
 
 FAST = {"RSCHED_TEST_ALERT_BACKOFF_MS": "100"}
-
-
-def _appender(out: Path) -> str:
-    return f'{sys.executable} -c \'import sys; open("{out}", "a").write(sys.stdin.read() + "\\n")\''
-
-
-def _lines(p: Path) -> list[dict[str, Any]]:
-    if not p.exists():
-        return []
-    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
 
 
 def test_two_runners_deliver_each_failure_once(cli: Any, tmp_path: Path) -> None:
@@ -38,13 +28,13 @@ def test_two_runners_deliver_each_failure_once(cli: Any, tmp_path: Path) -> None
         "--schedule",
         "* * * * * *",
         "--alert-command",
-        _appender(out),
+        appender(out),
         "--",
         "false",
     )
     for _ in range(2):
         cli.spawn(*args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: len(_lines(out)) >= 3, 30, what="three alerts delivered")
+    wait_for(lambda: len(lines(out)) >= 3, 30, what="three alerts delivered")
     for p in cli.procs:
         p.send_signal(signal.SIGTERM)
         p.wait(20)
@@ -52,11 +42,11 @@ def test_two_runners_deliver_each_failure_once(cli: Any, tmp_path: Path) -> None
     failed = [e for e in evs if e["event"] == "run.failed"]
     assert failed and all(e["name"] == "nightly" and e["result"] == "failed" for e in failed)
     # (the sink gets every event of the cron: on a loaded machine also a tick.missed)
-    got = [e["event_id"] for e in _lines(out) if e["event"] == "run.failed"]
+    got = [e["event_id"] for e in lines(out) if e["event"] == "run.failed"]
     assert sorted(got) == sorted(e["event_id"] for e in failed)  # each exactly once
     rows = [e for e in cli.json("events", "--limit", "1000") if e["event"] == "run.failed"]
     assert all(e["delivery"] == "delivered" and e["attempts"] == 1 for e in rows), rows
-    one = _lines(out)[0]
+    one = lines(out)[0]
     assert set(one) >= {
         "event",
         "event_id",
@@ -190,7 +180,7 @@ def test_event_of_a_killed_runner_is_delivered_by_another_loop(cli: Any, tmp_pat
         stderr=subprocess.DEVNULL,
     )
     wait_for(
-        lambda: first[-1]["event_id"] in {e["event_id"] for e in _lines(out)},
+        lambda: first[-1]["event_id"] in {e["event_id"] for e in lines(out)},
         30,
         what="the dead runner's event delivered by the consumer loop",
     )

@@ -6,23 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from rsched.core.keys import partition_index
 from rsched.lua import calls
+from tests.integration.events.sinks import appender, lines
 from tests.support import wait_for
-
-
-def _appender(out: Path) -> str:
-    return f'{sys.executable} -c \'import sys; open("{out}", "a").write(sys.stdin.read() + "\\n")\''
-
-
-def _lines(p: Path) -> list[dict[str, Any]]:
-    if not p.exists():
-        return []
-    return [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
 
 
 def _claim_short(rs: Any, queue: str = "default", lease_ms: int = 50) -> int:
@@ -74,8 +64,8 @@ def test_exec_delivers_its_own_event_before_it_exits_and_metrics_count_it(
     cli: Any, rs: Any, tmp_path: Path
 ) -> None:
     out = tmp_path / "alerts.jsonl"
-    res = cli("exec", "--lock", "job", "--alert-command", _appender(out), "--", "false", check=1)
-    got = _lines(out)  # already there: exec waited for the delivery
+    res = cli("exec", "--lock", "job", "--alert-command", appender(out), "--", "false", check=1)
+    got = lines(out)  # already there: exec waited for the delivery
     assert [e["event"] for e in got] == ["run.failed"], res.stderr
     assert got[0]["kind"] == "exec" and got[0]["name"] == "job" and got[0]["exit_code"] == 1
     row = next(e for e in cli.json("events") if e["event_id"] == got[0]["event_id"])
@@ -86,8 +76,8 @@ def test_exec_delivers_its_own_event_before_it_exits_and_metrics_count_it(
     assert newest["event"] == "run.failed" and newest["delivery"] == "pending"
     assert newest["attempts"] == 1
     # an ok run has no event and delivers nothing
-    cli("exec", "--lock", "job", "--alert-command", _appender(out), "--", "true")
-    assert len(_lines(out)) == 1
+    cli("exec", "--lock", "job", "--alert-command", appender(out), "--", "true")
+    assert len(lines(out)) == 1
     text = cli("metrics").stdout
     series = [ln for ln in text.splitlines() if ln.startswith("rsched_alert_deliveries_total{")]
     assert any('outcome="delivered"' in ln and ln.endswith(" 1.0") for ln in series), series
@@ -110,12 +100,12 @@ def test_a_partitioned_queue_s_events_are_found_and_delivered(
         "--handler",
         "bad.job=false",
         "--alert-command",
-        _appender(out),
+        appender(out),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_for(lambda: len(_lines(out)) >= 4, 30, what="four task.dead delivered")
-    got = _lines(out)
+    wait_for(lambda: len(lines(out)) >= 4, 30, what="four task.dead delivered")
+    got = lines(out)
     assert sorted(e["id"] for e in got) == ids
     assert {e["event"] for e in got} == {"task.dead"}
     assert {e["event_id"].split("/")[0] for e in got} == {"q:big#0", "q:big#1"}
