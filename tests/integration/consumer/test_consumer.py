@@ -657,7 +657,7 @@ def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
     stale = ["t.tok x", old_token]
     assert rs.scripts("heartbeat-2", [q.proc, q.tasks], [1000, *stale]) == [0]
     assert rs.scripts("ack-4", [q.proc, q.tasks, q.history, q.stats], [100, *stale, ""]) == [0]
-    fail_keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake]
+    fail_keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake, q.events]
     assert (
         rs.scripts("fail-8", fail_keys, [100, *stale, "e", 10, "", "failed", "0", 5])[0] == "stale"
     )
