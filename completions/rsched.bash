@@ -4,7 +4,7 @@
 
 _rsched_subcommands() {
   case "$1" in
-    'rsched') echo 'add bench cancel check completion crons dead demo doctor exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top trigger unlock web' ;;
+    'rsched') echo 'add bench cancel check completion crons dead demo doctor events exec forget history list locks logs man metrics next pause purge queues requeue-stale resume retry run server show top trigger unlock web' ;;
     'rsched run') echo 'consumer cron expired' ;;
     'rsched server') echo 'start status stop' ;;
   esac
@@ -22,7 +22,8 @@ _rsched_options() {
     'rsched dead') echo '--queue --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --use-configured-redis --partitions --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched doctor') echo '--format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout -h --help' ;;
+    'rsched events') echo '-n --limit -f --follow --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --alert-command --alert-url -h --help' ;;
     'rsched forget') echo '--force --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched history') echo '--queue --failed --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json -v --verbose -q --quiet -h --help' ;;
@@ -38,8 +39,8 @@ _rsched_options() {
     'rsched resume') echo '--queue --create --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
-    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format -h --help' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --alert-command --alert-url -v --verbose -q --quiet -h --help' ;;
+    'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url -h --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -h --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched server start') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
@@ -65,7 +66,8 @@ _rsched_value_options() {
     'rsched dead') echo '--queue --limit --format' ;;
     'rsched demo') echo '--seconds --tasks --redis-url --partitions --format' ;;
     'rsched doctor') echo '--format' ;;
-    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout' ;;
+    'rsched events') echo '-n --limit --format' ;;
+    'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --alert-command --alert-url' ;;
     'rsched forget') echo '--format' ;;
     'rsched history') echo '--queue --limit --format' ;;
     'rsched list') echo '--queue --state --type --limit --format' ;;
@@ -80,8 +82,8 @@ _rsched_value_options() {
     'rsched requeue-stale') echo '--queue --format' ;;
     'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
-    'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format --alert-command --alert-url' ;;
+    'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;
     'rsched server start') echo '--dir --port --password-file --flavour --format' ;;
@@ -109,6 +111,7 @@ _rsched_choices() {
     'rsched dead|--format') echo 'table plain json' ;;
     'rsched demo|--format') echo 'table plain json' ;;
     'rsched doctor|--format') echo 'table plain json' ;;
+    'rsched events|--format') echo 'table plain json' ;;
     'rsched exec|--dialect') echo 'cron spring quartz' ;;
     'rsched exec|--if-locked') echo 'skip wait fail' ;;
     'rsched exec|--on-lock-lost') echo 'kill continue' ;;

@@ -105,6 +105,13 @@ class Rsched(Context):
 
         tasks.resume(self, queue)
 
+    def events(self, limit: int = 50) -> builtins.list[dict[str, Any]]:
+        """The ``limit`` newest events, newest first: the objects of ``rsched events
+        --json`` (SPEC fields, ``delivery``, ``attempts``)."""
+        from rsched.tools.events import recent
+
+        return recent(self, limit)
+
     def consumer(self, **kw: Any) -> Any:
         from rsched.consumer.loop import Consumer
 

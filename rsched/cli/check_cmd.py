@@ -24,7 +24,8 @@ def check(app: App, max_lag: str | None, dead_: bool) -> None:
     Exit 0 and print nothing when all is well; exit 1 with one line per
     problem: cron.failed (a cron's last tick did not run ok), cron.silent (a
     tick passed more than 30 s ago and nothing ran it: the dead-man's switch,
-    which needs no runner alive), cron.no-runner, and with their flags
+    which needs no runner alive, and records its cron.silent event once per
+    silence), cron.no-runner, and with their flags
     queue.lag and queue.dead. Paused crons are not checked. --json: an array
     of {"check", "name", "queue", "message"} (empty when all is well).
 
@@ -35,9 +36,11 @@ def check(app: App, max_lag: str | None, dead_: bool) -> None:
 
     lag = parse_duration(max_lag, "--max-lag") if max_lag is not None else None
     from rsched.cli.render import emit_json
-    from rsched.tools.check import run_checks
+    from rsched.tools.check import notice_silences, run_checks
 
     problems = run_checks(app.rs, max_lag_ms=lag, dead=dead_)
+    if any(p.check == "cron.silent" for p in problems):
+        notice_silences(app.rs)  # the dead-man's switch's event, once per silence
     if app.json:
         emit_json([p.to_json() for p in problems])
     else:

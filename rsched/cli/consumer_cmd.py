@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
+from rsched.cli.loop_opts import alert_sinks, check_metrics_port, loop_options, start_loop
 from rsched.cli.main import App, pass_app
 from rsched.core.errors import BadInput, ExitCode
 
@@ -157,8 +157,9 @@ def consumer(
         grace_ms=grace,
     )
     check_metrics_port(metrics_port)
+    sinks = alert_sinks(app, [f"q:{q}" for q in (queues or ("default",))])
     # Everything is checked; only now touch Redis.
-    start_loop(app, metrics_port)
+    events = start_loop(app, metrics_port, sinks)
     c = Consumer(
         app.rs,
         handlers=table,
@@ -169,5 +170,6 @@ def consumer(
         log=app.log,
     )
     c.run()
+    events.stop(events.drain_budget_s())  # what the last runs recorded, delivered
     if c.interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
         raise SystemExit(int(ExitCode.INTERRUPTED))

@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 
-from rsched.cli.loop_opts import check_metrics_port, loop_options, start_loop
+from rsched.cli.loop_opts import (
+    alert_options,
+    alert_sinks,
+    check_metrics_port,
+    loop_options,
+    start_loop,
+)
 from rsched.cli.main import App, output_options, pass_app, wait_policy, wait_replicas_options
 from rsched.cli.params import (
     ASCII_INT,
@@ -98,6 +104,7 @@ def _dialect_option(help_: str = DIALECT_HELP) -> Any:
     "expired) or let it run.",
 )
 @wait_replicas_options
+@alert_options
 @_CMD
 @pass_app
 @click.pass_context
@@ -129,7 +136,10 @@ def exec_cmd(
     CMD sees RSCHED_NAME, RSCHED_FIRE_AT and RSCHED_FENCING_TOKEN. If Redis
     cannot be reached (or is full) when CMD ends, the run's history record is
     kept and written once Redis is back, for up to 60s (a signal stops the
-    wait); then exec exits with CMD's status.
+    wait); then exec exits with CMD's status. Its events (run.failed,
+    run.lost) go to the [[alerts]] sinks that want them and to --alert-command
+    / --alert-url before it exits: one attempt each, bounded by the sink's
+    timeout (a failed one stays pending for another process with that sink).
     """
     from rsched.locks.exec import make_exec_spec, run_exec
 
@@ -149,8 +159,18 @@ def exec_cmd(
         timeout=timeout,
         on_lock_lost=on_lock_lost,
     )
+    sinks = alert_sinks(app, [f"l:{lock}"])  # checked before anything connects
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
+    deliverer = None
+    if sinks:
+        from rsched.tools.events import Deliverer
+
+        # registered before the run: a first-seen sink takes only later events
+        deliverer = Deliverer(app.rs, sinks, log=app.info, only=[f"l:{lock}"])
+        deliverer.register()
     out = run_exec(app.rs, spec, log=app.debug, wait=pol, warn=app.info)
+    if deliverer is not None and out.status == "ran" and out.result != "ok":
+        deliverer.drain(deliverer.drain_budget_s())
     if out.status == "ran" and out.note:  # the command could not be started: an error, -q or not
         app.log(f"rsched: error: {out.note}", "error")
     elif out.status == "ran" and out.result not in ("ok", "failed"):
@@ -334,11 +354,12 @@ def run_cron(
         if isinstance(t, dict) and isinstance(t.get("after"), list)
     }
     check_cycles({**conf, **own}, list(own))  # exit 2 before anything connects
+    sinks = alert_sinks(app, [f"c:{sp.name}" for sp in specs])
     rs = app.rs  # connects (exit 69 when unreachable at start)
     if any(sp.after for sp in specs):
         seen = registered_after(rs, [a for sp in specs for a in sp.after])
         check_cycles({**seen, **conf, **own}, list(own))
-    start_loop(app, metrics_port)
+    events = start_loop(app, metrics_port, sinks)
     stop = threading.Event()
     interrupted: list[int] = []
 
@@ -366,6 +387,7 @@ def run_cron(
         )
     log = app.info if not app.quiet else (lambda _m: None)
     run_runners(rs, specs, stop, log, app.debug, wait=pol)
+    events.stop(events.drain_budget_s())  # what the last runs recorded, delivered
     if interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
         raise SystemExit(int(ExitCode.INTERRUPTED))
 

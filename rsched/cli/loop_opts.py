@@ -1,5 +1,7 @@
 """What every `run` loop shares at start: the server checks `doctor` would warn
-about, and an optional live Prometheus endpoint (`--metrics-port`)."""
+about, an optional live Prometheus endpoint (`--metrics-port`), and the alert
+sinks (``[[alerts]]`` and the quick-use ``--alert-command`` / ``--alert-url``,
+:func:`alert_options`) with the thread that delivers their events."""
 
 from __future__ import annotations
 
@@ -19,7 +21,67 @@ def _set_log_format(ctx: click.Context, _param: click.Parameter, value: Any) -> 
     return value
 
 
+def _set_alerts(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    app = ctx.find_object(App)
+    if app is not None:
+        if param.name == "alert_url":
+            from rsched.tools.events import check_url
+
+            for u in value or ():
+                check_url(u, "--alert-url")  # refused before anything connects
+        setattr(app, f"_{param.name}", tuple(value or ()))
+    return value
+
+
+def alert_options(f: Any) -> Any:
+    """``--alert-command CMD`` / ``--alert-url URL`` (repeatable): every event of the
+    loop's own names goes there. Read back by :func:`alert_sinks`."""
+    f = click.option(
+        "--alert-url",
+        "alert_url",
+        multiple=True,
+        metavar="URL",
+        expose_value=False,
+        callback=_set_alerts,
+        help="POST every event of this loop's names here as JSON (repeatable).",
+    )(f)
+    f = click.option(
+        "--alert-command",
+        "alert_command",
+        multiple=True,
+        metavar="CMD",
+        expose_value=False,
+        callback=_set_alerts,
+        help="Run CMD (split like a handler command, never a shell) with each event of "
+        "this loop's names as JSON on stdin (repeatable).",
+    )(f)
+    return f
+
+
+def alert_sinks(app: App, sources: Any = ()) -> list[Any]:
+    """The sinks of this loop: ``[[alerts]]`` of the config file, then the quick-use
+    flags for ``sources`` (tags "c:NAME", "q:QUEUE", "l:NAME"). Checked here,
+    before anything connects: a bad one is exit 2."""
+    from rsched.tools.events import parse_alerts, quick_sinks
+
+    sinks = parse_alerts(app.settings.file.get("alerts"), app.settings.config_path)
+    cmds = getattr(app, "_alert_command", ())
+    urls = getattr(app, "_alert_url", ())
+    return sinks + quick_sinks(cmds, urls, sources)
+
+
+def start_events(app: App, sinks: Any) -> Any:
+    """Start the thread that delivers ``sinks``' events and notices silent crons
+    (the dead-man's switch needs any live loop, sinks or not). Returns it (stop())."""
+    from rsched.tools.check import notice_silences
+    from rsched.tools.events import Deliverer
+
+    rs = app.rs
+    return Deliverer(rs, sinks, log=app.info, every=lambda: notice_silences(rs)).start()
+
+
 def loop_options(f: Any) -> Any:
+    f = alert_options(f)
     f = click.option(
         "--log-format",
         type=click.Choice(["text", "json"]),
@@ -43,8 +105,12 @@ def check_metrics_port(port: int | None) -> None:
         raise BadInput("--metrics-port", f"{port} is not a TCP port (1-65535)")
 
 
-def start_loop(app: App, metrics_port: int | None) -> None:
-    """Log the startup warnings (eviction, persistence, clock) and start the metrics server."""
+def start_loop(app: App, metrics_port: int | None, sinks: Any = None) -> Any:
+    """Log the startup warnings (eviction, persistence, clock), start the metrics
+    server and the events thread (``sinks`` from :func:`alert_sinks`; None: the
+    config file's only). Returns the events thread."""
+    if sinks is None:
+        sinks = alert_sinks(app)
     rs = app.rs
     try:
         from rsched.tools.doctor import startup_warnings
@@ -63,3 +129,4 @@ def start_loop(app: App, metrics_port: int | None) -> None:
                 "--metrics-port", f"cannot listen on 127.0.0.1:{metrics_port} ({exc.strerror})"
             ) from None
         app.info(f"rsched: metrics on http://127.0.0.1:{metrics_port}/metrics")
+    return start_events(app, sinks)

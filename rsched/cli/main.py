@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "trigger": "rsched.cli.cron_cmds:trigger",
     "history": "rsched.cli.cron_cmds:history",
     "check": "rsched.cli.check_cmd:check",
+    "events": "rsched.cli.events_cmd:events",
     "logs": "rsched.cli.logs_cmd:logs",
     "server": "rsched.cli.ops_cmds:server",
     "doctor": "rsched.cli.ops_cmds:doctor",

@@ -77,7 +77,7 @@ QUEUE_KEYS = {
     "grace",
     "partitions",
 }
-TOP_KEYS = {"redis", "queues", "handlers", "cron", "logs"}
+TOP_KEYS = {"redis", "queues", "handlers", "cron", "logs", "alerts"}
 
 
 def _replace_password(url: str, mask: str | None) -> str | None:

@@ -19,6 +19,10 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:logs        HASH  claim token -> run log (JSON: stdout, stderr, truncated)
     {ns}:{q:QUEUE}:logidx      ZSET  claim token -> when its log was written: trims `logs`
                                      to the history's cap (oldest first; log-put-3)
+    {ns}:{q:QUEUE}:events      STREAM events (task.dead; capped), with the consumer group
+                                     of each alert sink (see rsched/tools/events.py)
+    {ns}:{q:QUEUE}:evdone      HASH  "EVENT_ID SINK" -> "delivered N" | "failed N": outcomes
+                                     that took a retry (trimmed with the stream)
     {ns}:{q:QUEUE}:live:TOKEN  STREAM a running handler's output in chunks (capped,
                                      expires; `rsched logs --follow`)
 
@@ -40,6 +44,8 @@ read it again. :func:`due_of_score` turns a score back into the due time.
     {ns}:{c:NAME}:history      STREAM execution records (capped)
     {ns}:{c:NAME}:stats        HASH  result -> count
     {ns}:{c:NAME}:logs, logidx, live:TOKEN   run logs by fencing token (as a queue's)
+    {ns}:{c:NAME}:events, evdone  events (run.failed, run.lost, run.recovered, tick.missed,
+                                     cron.silent) and their delivery outcomes, as a queue's
 
     {ns}:{l:NAME}:lock         HASH  one lock's owner record, PEXPIRE (see lua/_lock.lua)
     {ns}:{l:NAME}:fence        STRING its fencing counter
@@ -47,9 +53,14 @@ read it again. :func:`due_of_score` turns a score back into the due time.
     {ns}:{l:NAME}:ticks        ZSET  ticks claimed by `exec --once-per`
     {ns}:{l:NAME}:history      STREAM `exec` execution records
     {ns}:{l:NAME}:logs, logidx, live:TOKEN   `exec` run logs by fencing token
+    {ns}:{l:NAME}:events, evdone  `exec` events (run.failed, run.lost), as a queue's
 
     {ns}:queues, {ns}:crons, {ns}:locks  registries (SETs) of known names, for listings
     {ns}:queue-config          HASH  queue -> partition count (written on first use)
+    {ns}:alert-sinks           HASH  sink id -> its definition without secrets (JSON), for
+                                     `rsched events` to know each sink's events and match
+    {ns}:alert-stats           HASH  "SINK_ID OUTCOME" -> deliveries (delivered | failed |
+                                     retried: an attempt that failed and will be retried)
 
 A partitioned queue (``partitions = N``) is N queues of the layout above, one
 per hash tag ``{q:QUEUE#0}`` ... ``{q:QUEUE#N-1}`` (``#`` is not allowed in a
@@ -115,8 +126,24 @@ def partition_index(task_type: str, task_id: str, partitions: int) -> int:
     return zlib.crc32(member(task_type, task_id).encode("utf-8")) % partitions
 
 
+class _EventKeys:
+    """The events keys every source (queue, cron, lock) has beside its history."""
+
+    prefix: str
+
+    @property
+    def events(self) -> str:
+        """STREAM of events (SPEC §4), one consumer group per alert sink."""
+        return f"{self.prefix}:events"
+
+    @property
+    def events_done(self) -> str:
+        """HASH "EVENT_ID SINK" -> outcome of a delivery that took retries or failed."""
+        return f"{self.prefix}:evdone"
+
+
 @dataclass(frozen=True)
-class QueueKeys:
+class QueueKeys(_EventKeys):
     name: str
     prefix: str
 
@@ -195,7 +222,7 @@ class QueueKeys:
 
 
 @dataclass(frozen=True)
-class CronKeys:
+class CronKeys(_EventKeys):
     name: str
     prefix: str
 
@@ -277,7 +304,7 @@ class CronKeys:
 
 
 @dataclass(frozen=True)
-class LockKeys:
+class LockKeys(_EventKeys):
     name: str
     prefix: str
 
@@ -355,6 +382,16 @@ class Keys:
     def queue_config(self) -> str:
         """HASH queue name -> partition count, agreed by every producer and consumer."""
         return f"{self.ns}:queue-config"
+
+    @property
+    def alert_sinks(self) -> str:
+        """HASH sink id -> the sink's definition without secrets (JSON)."""
+        return f"{self.ns}:alert-sinks"
+
+    @property
+    def alert_stats(self) -> str:
+        """HASH "SINK_ID OUTCOME" -> deliveries by outcome (``rsched metrics``)."""
+        return f"{self.ns}:alert-stats"
 
     @property
     def locks(self) -> str:

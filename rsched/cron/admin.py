@@ -2,7 +2,7 @@
 the emergency switch :func:`pause` / :func:`resume`, and :func:`forget` of a
 retired cron.
 
-Forgetting is one script (``cron-forget-11``) that checks the live runners and
+Forgetting is one script (``cron-forget-13``) that checks the live runners and
 deletes every key of the cron in the same step, so a runner registering at that
 moment is either seen (and the forget refused) or registers afresh afterwards.
 The crons registry lives in another hash slot on a cluster, so it is updated

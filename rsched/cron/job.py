@@ -1,7 +1,7 @@
 """One run of a cron job: the child process, the run lock's watchdog (and, with
 ``--concurrency replace``, its blocking wait on the cron's wake key), what a
 lost lock does (``--on-lock-lost``), and the execution record written by
-``cron-finish-5``, then the run's log (its stdout and stderr tails) by
+``cron-finish-6``, then the run's log (its stdout and stderr tails) by
 ``log-put-3`` beside it; while it runs its output also goes to the run's live
 stream (:class:`rsched.runtime.handlers.LiveLog`, ``rsched logs --follow``).
 
@@ -189,7 +189,7 @@ class JobRun:
         if live is not None:
             live.close()
         if dog is not None:
-            # A blocking watchdog (replace) is woken by cron-finish-5, then joined.
+            # A blocking watchdog (replace) is woken by cron-finish-6, then joined.
             dog.stop(join=not self._wakes)
         outcome = run_result(self.lost.is_set(), result.timed_out, result.ok)
         rec: dict[str, Any] = {

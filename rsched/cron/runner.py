@@ -1,7 +1,7 @@
 """`rsched run cron`: a cron runner that fires each tick exactly once across
 any number of runners and hosts.
 
-How a tick is fired (see ``lua/cron-tick-8.lua``):
+How a tick is fired (see ``lua/cron-tick-9.lua``):
 
 1. Every runner computes the next tick (``rsched.core.cronexpr``, in the cron's
    time zone and dialect) and sleeps until it **by the server's clock**:

@@ -7,7 +7,7 @@ claimed once ever, atomically with the lock, so hosts whose cron daemons fire
 late or early (by less than a tick) never run one tick twice.
 
 The command's stdout and stderr go to ours as always, and their tails are
-kept as the run's log (``log-put-3``, right after ``lock-release-4`` wrote the
+kept as the run's log (``log-put-3``, right after ``lock-release-5`` wrote the
 record), streamed while it runs to the run's live stream (``rsched logs --follow``).
 """
 

@@ -1,7 +1,10 @@
 -- fragment: move tasks whose lease expired back to the due set, or to the dead
 -- set when they have used all their attempts. Needs _now.lua and _record.lua.
+-- Each lapsed lease is a `run.lost` event in `events` (capped at `evmax`; nil or
+-- 0: none), and a task it sends dead also a `task.dead` (result `lost`), written
+-- here with the history record, so in the same step as the reap.
 -- Returns requeued, dead, and whether more stale entries remain past `limit`.
-local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, dry, defmax)
+local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, dry, defmax, events, evmax)
   local stale = redis.call('ZRANGEBYSCORE', proc, '-inf', now, 'LIMIT', 0, limit + 1)
   local more = 0
   if #stale > limit then
@@ -31,9 +34,14 @@ local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, d
         end
         redis.call('HSET', tasks, m, rec_encode(r))
         local t, id = string.match(m, '^(%S+) (.*)$')
-        history(hist, maxlen, {kind = 'task', queue = queue, type = t, id = id,
+        local rec = {kind = 'task', queue = queue, type = t, id = id,
           fire_ms = r[P_DUE] or now, finished_ms = now, result = 'lost', attempt = r[P_ATTEMPTS],
-          token = lost_token, error = r[P_ERROR]})
+          token = lost_token, error = r[P_ERROR]}
+        history(hist, maxlen, rec)
+        if events and evmax then
+          event(events, evmax, 'run.lost', now, rec)
+          if is_dead then event(events, evmax, 'task.dead', now, rec) end
+        end
       end
     end
   end

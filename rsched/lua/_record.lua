@@ -48,3 +48,27 @@ local function history(key, maxlen, rec)
     redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'j', cjson.encode(rec))
   end
 end
+
+-- Append one event (SPEC §4 "Events and alerts") to a source's capped events
+-- stream, in the same script (so the same atomic step) as its cause. The entry
+-- is compact JSON in field "j": the event's name, the server's now (at_ms) and
+-- the fields of `rec` an event carries; rsched/tools/events.py renders the full
+-- object (event_id, at, fire_at, nulls). maxlen 0: events are off.
+local EVENT_FIELDS = {'kind', 'name', 'queue', 'type', 'id', 'fire_ms', 'result', 'exit_code',
+  'error', 'host', 'attempt', 'token'}
+local function event(key, maxlen, name, now, rec)
+  if tonumber(maxlen) <= 0 then return end
+  local ev = {event = name, at_ms = now}
+  for _, f in ipairs(EVENT_FIELDS) do
+    if rec[f] ~= nil and rec[f] ~= cjson.null then ev[f] = rec[f] end
+  end
+  redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'j', cjson.encode(ev))
+end
+
+-- The event a run's result makes ('failed'/'timeout' -> run.failed, 'lost' ->
+-- run.lost), or nil.
+local function run_event(result)
+  if result == 'failed' or result == 'timeout' then return 'run.failed' end
+  if result == 'lost' then return 'run.lost' end
+  return nil
+end

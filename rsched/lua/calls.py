@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rsched.core.defaults import EVENTS_MAXLEN
 from rsched.core.keys import ExpiredKeys, QueueKeys
 from rsched.lua.loader import Scripts
 
@@ -72,7 +73,7 @@ def script_and_wait(
     return res, int(acked)
 
 
-# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-6, cancel-batch-5
+# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-7, cancel-batch-5
 # ==============================================================================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
@@ -385,11 +386,11 @@ def retry(c: Ctx, q: QueueKeys, members: Sequence[str]) -> int:
 def requeue_stale(
     c: Ctx, q: QueueKeys, limit: int, dry_run: bool, maxlen: int, queue: str, default_max: int
 ) -> tuple[int, int, bool]:
-    """``requeue-stale-6``: (requeued, dead-lettered, whether more are left)."""
+    """``requeue-stale-7``: (requeued, dead-lettered, whether more are left)."""
     rq, rd, more = c.scripts(
-        "requeue-stale-6",
-        [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake],
-        [limit, "1" if dry_run else "0", maxlen, queue, default_max],
+        "requeue-stale-7",
+        [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake, q.events],
+        [limit, "1" if dry_run else "0", maxlen, queue, default_max, EVENTS_MAXLEN],
     )
     return int(rq), int(rd), bool(int(more))
 
@@ -410,12 +411,12 @@ def cancel_batch(
 # === end of queue =============================================================
 
 
-# === consumer: claim-11, ack-4, fail-7, heartbeat-2, release-4 ================
+# === consumer: claim-12, ack-4, fail-8, heartbeat-2, release-4 ================
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimReply:
-    """What ``claim-11`` answers: the server's clock, the queue's next due time and
+    """What ``claim-12`` answers: the server's clock, the queue's next due time and
     next lease expiry (-1: none), whether it is paused, the leases reaped, and the
     claimed tasks (7 fields each: member, payload, attempt, max_attempts, token,
     due, last_error)."""
@@ -455,7 +456,7 @@ def claim(
     park_limit: int | None = None,
     type_patterns: Sequence[str] = (),
 ) -> ClaimReply:
-    """``claim-11``: register ``consumer``, reap expired leases, claim up to
+    """``claim-12``: register ``consumer``, reap expired leases, claim up to
     ``max_tasks`` due tasks of the types ``type_patterns`` (anchored Lua patterns;
     none: every type), parking at most ``park_limit`` due tasks of other types."""
     args: list[Any] = [
@@ -468,9 +469,11 @@ def claim(
         queue,
         default_max_attempts,
         1 if check else 0,
+        handles_json or "",
+        park_limit if park_limit is not None else 0,
+        EVENTS_MAXLEN,
+        *type_patterns,
     ]
-    if handles_json is not None or park_limit is not None or type_patterns:
-        args += [handles_json or "", park_limit if park_limit is not None else 0, *type_patterns]
     keys = [
         q.sched,
         q.proc,
@@ -483,8 +486,9 @@ def claim(
         q.history,
         q.lanes,
         q.handles,
+        q.events,
     ]
-    out = ctx.scripts("claim-11", keys, args)
+    out = ctx.scripts("claim-12", keys, args)
     return ClaimReply(
         int(out[0]),
         int(out[1]),
@@ -523,10 +527,10 @@ def fail(
     default_max_attempts: int,
     client: Any = None,
 ) -> tuple[str, int] | None:
-    """``fail-7``: retry the run after ``backoff_ms`` or dead-letter it. Returns
+    """``fail-8``: retry the run after ``backoff_ms`` or dead-letter it. Returns
     ("retry", due) | ("dead", died_at) | ("stale", 0); None when ``client`` is a
     pipeline (read the reply from its ``execute()``: :func:`fail_reply`)."""
-    keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake]
+    keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake, q.events]
     args: list[Any] = [
         history_maxlen,
         member,
@@ -537,13 +541,14 @@ def fail(
         result,
         "1" if dead_now else "0",
         default_max_attempts,
+        EVENTS_MAXLEN,
     ]
-    out = ctx.scripts("fail-7", keys, args, client=client)
+    out = ctx.scripts("fail-8", keys, args, client=client)
     return None if out is None else fail_reply(out)
 
 
 def fail_reply(out: Any) -> tuple[str, int]:
-    """A ``fail-7`` reply (as a pipeline returns it) as (what, ms)."""
+    """A ``fail-8`` reply (as a pipeline returns it) as (what, ms)."""
     return str(out[0]), int(out[1])
 
 
@@ -568,8 +573,8 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 # === end of consumer ==========================================================
 
 
-# === cron: cron-tick-8, cron-start-5, cron-finish-5, cron-heartbeat-1,
-#     cron-pause-2, cron-shard-7, cron-forget-11,
+# === cron: cron-tick-9, cron-start-5, cron-finish-6, cron-heartbeat-1,
+#     cron-pause-2, cron-shard-8, cron-forget-13,
 #     cron-trigger-5, cron-trigger-claim-8 ========================================
 # (The keys are :class:`rsched.core.keys.CronKeys`; a WaitPolicy is
 # :class:`rsched.core.replication.WaitPolicy`: with one, the claim and a WAIT go
@@ -578,7 +583,7 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class CronTickReply:
-    """What ``cron-tick-8`` answers: the status (see the script's header), the
+    """What ``cron-tick-9`` answers: the status (see the script's header), the
     server's clock, the run's fencing token (``run``), and with a WaitPolicy the
     replicas that acknowledged the claim (else None)."""
 
@@ -607,9 +612,9 @@ def cron_tick(
     runner_ttl_ms: int,
     wait: WaitPolicy | None = None,
 ) -> CronTickReply:
-    """``cron-tick-8``: claim tick ``fire_ms`` (``mode`` 'fire' or 'missed') and
+    """``cron-tick-9``: claim tick ``fire_ms`` (``mode`` 'fire' or 'missed') and
     apply the cron's policies; ``wait``: WAIT for replicas after it."""
-    keys = [k.ticks, k.state, k.run_lock, k.fence, k.paused, k.history, k.runners, k.wake]
+    keys = [k.ticks, k.state, k.run_lock, k.fence, k.paused, k.history, k.runners, k.wake, k.events]
     args: list[Any] = [
         fire_ms,
         mode,
@@ -624,8 +629,9 @@ def cron_tick(
         history_maxlen,
         name,
         runner_ttl_ms,
+        EVENTS_MAXLEN,
     ]
-    res, acked = _cron_call(ctx, "cron-tick-8", keys, args, wait)
+    res, acked = _cron_call(ctx, "cron-tick-9", keys, args, wait)
     st = str(res[0])
     return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None, acked)
 
@@ -664,15 +670,26 @@ def cron_finish(
     record: Mapping[str, Any],
     wake: bool,
 ) -> bool:
-    """``cron-finish-5``: a run ended: release the run lock (``owner`` "" when the
+    """``cron-finish-6``: a run ended: release the run lock (``owner`` "" when the
     run held none), append ``record`` (JSON-encoded here); ``wake``: end the
     run's blocking watchdog's wait. Whether the lock was released."""
     res = ctx.scripts(
-        "cron-finish-5",
-        [k.run_lock, k.state, k.history, k.stats, k.wake],
-        [owner, history_maxlen, _cron_json(record), 1 if wake else 0],
+        "cron-finish-6",
+        [k.run_lock, k.state, k.history, k.stats, k.wake, k.events],
+        [owner, history_maxlen, _cron_json(record), 1 if wake else 0, EVENTS_MAXLEN],
     )
     return int(res[0]) == 1
+
+
+def event_silent(
+    ctx: Ctx, k: CronKeys, *, name: str, fire_ms: int, seen_ms: int, host: str
+) -> bool:
+    """``event-silent-2``: record ``cron.silent`` for the unrun tick ``fire_ms``,
+    once per silence (nothing ran since ``seen_ms``). Whether it was recorded."""
+    res = ctx.scripts(
+        "event-silent-2", [k.state, k.events], [fire_ms, seen_ms, name, host, EVENTS_MAXLEN]
+    )
+    return int(res) == 1
 
 
 def cron_heartbeat(ctx: Ctx, k: CronKeys, runner: str, ttl_ms: int) -> tuple[int, int]:
@@ -689,7 +706,7 @@ def cron_pause(ctx: Ctx, k: CronKeys, pause: bool) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CronShardReply:
-    """What ``cron-shard-7`` answers: the status ('early', 'missed', 'paused',
+    """What ``cron-shard-8`` answers: the status ('early', 'missed', 'paused',
     'ok'), the server's clock, the items claimed with their fencing tokens, and
     with a WaitPolicy the replicas that acknowledged the claim (else None)."""
 
@@ -716,9 +733,9 @@ def cron_shard(
     runner_ttl_ms: int,
     wait: WaitPolicy | None = None,
 ) -> CronShardReply:
-    """``cron-shard-7``: claim this runner's items of tick ``fire_ms`` (``mode``
+    """``cron-shard-8``: claim this runner's items of tick ``fire_ms`` (``mode``
     'own', 'steal' or 'broadcast'); ``wait``: WAIT for replicas after it."""
-    keys = [k.ticks, k.state, k.shards(fire_ms), k.runners, k.paused, k.history, k.fence]
+    keys = [k.ticks, k.state, k.shards(fire_ms), k.runners, k.paused, k.history, k.fence, k.events]
     args: list[Any] = [
         fire_ms,
         mode,
@@ -731,8 +748,9 @@ def cron_shard(
         host,
         pid,
         runner_ttl_ms,
+        EVENTS_MAXLEN,
     ]
-    res, acked = _cron_call(ctx, "cron-shard-7", keys, args, wait)
+    res, acked = _cron_call(ctx, "cron-shard-8", keys, args, wait)
     got = [(str(res[j]), int(res[j + 1])) for j in range(2, len(res), 2)]
     return CronShardReply(str(res[0]), int(res[1]), got, acked)
 
@@ -753,7 +771,7 @@ def _cron_json(record: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CronForgetReply:
-    """What ``cron-forget-11`` answers: whether it was refused (live runners and no
+    """What ``cron-forget-13`` answers: whether it was refused (live runners and no
     force: nothing deleted), the live runners, and the keys deleted."""
 
     refused: bool
@@ -762,10 +780,10 @@ class CronForgetReply:
 
 
 def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
-    """``cron-forget-11``: delete every key of the cron, in one step, unless a runner
+    """``cron-forget-13``: delete every key of the cron, in one step, unless a runner
     is live (``force``: even then)."""
     res = ctx.scripts(
-        "cron-forget-11",
+        "cron-forget-13",
         [
             k.ticks,
             k.state,
@@ -778,6 +796,8 @@ def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
             k.stats,
             k.triggers,
             k.trigger_wake,
+            k.events,
+            k.events_done,
         ],
         ["1" if force else "0"],
     )
@@ -852,7 +872,7 @@ def cron_trigger_claim(
 # === end of cron ==============================================================
 
 
-# === locks: lock-acquire-2, lock-renew-1, lock-release-4, lock-unlock-2,
+# === locks: lock-acquire-2, lock-renew-1, lock-release-5, lock-unlock-2,
 #     exec-acquire-3 ===========================================================
 # (The keys are :class:`rsched.core.keys.LockKeys`; renewal and an operator's
 # release take the lock key itself, since a cron's run lock is one too.)
@@ -924,17 +944,18 @@ def lock_release(
     record: Mapping[str, Any] | None,
     keep_ms: int,
 ) -> bool:
-    """``lock-release-4``: release ``owner``'s lock, wake one waiter (the wake-up
+    """``lock-release-5``: release ``owner``'s lock, wake one waiter (the wake-up
     stays ``keep_ms``), append ``record`` (JSON-encoded here; None: no record).
     Whether it was released."""
     res = ctx.scripts(
-        "lock-release-4",
-        [k.lock, k.history, k.wake, k.stats],
+        "lock-release-5",
+        [k.lock, k.history, k.wake, k.stats, k.events],
         [
             owner,
             history_maxlen if record else 0,
             _lock_json(record) if record else "",
             keep_ms,
+            EVENTS_MAXLEN,
         ],
     )
     return int(res[0]) == 1

@@ -38,6 +38,9 @@ class Problem:
     name: str | None
     queue: str | None
     message: str
+    #: cron.silent: the unrun tick, and the latest thing a runner did (for its event).
+    fire_ms: int | None = None
+    seen_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,8 @@ def run_checks(rs: Rsched, *, max_lag_ms: int | None = None, dead: bool = False)
                     c.name,
                     None,
                     f"the tick of {iso(due)} passed {human_duration(now - due)} ago and nothing ran it",
+                    fire_ms=due,
+                    seen_ms=seen,
                 )
             )
         if c.runners == 0:
@@ -113,3 +118,15 @@ def _last_due(
         return cronexpr.parse(schedule, tz or "UTC", dialect=dialect).prev_at_or_before(until_ms)
     except (BadInput, ValueError):
         return None
+
+
+def notice_silences(rs: Rsched) -> int:
+    """The dead-man's switch, recorded: a ``cron.silent`` event for each silent
+    cron whose silence has none yet (``event-silent-2``). How many were new."""
+    from rsched.tools.events import note_silent
+
+    n = 0
+    for p in run_checks(rs):
+        if p.check == "cron.silent" and p.name and p.fire_ms is not None:
+            n += note_silent(rs, p.name, p.fire_ms, p.seen_ms or 0)
+    return n

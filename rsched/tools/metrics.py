@@ -42,6 +42,11 @@ Locks (label ``lock``)::
     rsched_lock_held                     1 while held
     rsched_lock_ttl_seconds              time left on the lease
 
+Alert sinks (labels ``sink``, its id, and ``target``, its command or URL
+without secrets or query)::
+
+    rsched_alert_deliveries_total{outcome}  delivered | failed | retried
+
 plus ``rsched_up`` (1) and ``rsched_scrape_duration_seconds``. When Redis cannot
 be read, ``rsched metrics`` writes :func:`down_exposition` instead: ``rsched_up 0``
 and nothing else (no stale depth or lag for the textfile collector to keep serving).
@@ -142,6 +147,7 @@ class RschedCollector:
         yield from self._crons(core)
         yield from self._locks(core)
         yield self._dur
+        yield from self._alerts(core)
         up = core.GaugeMetricFamily("rsched_up", UP_HELP)
         up.add_metric([], 1)
         yield up
@@ -315,6 +321,20 @@ class RschedCollector:
                     if int(pttl) >= 0:
                         ttl.add_metric([n], int(pttl) / 1000)
         yield from (held, ttl)
+
+    # --- alerts -----------------------------------------------------------------
+    def _alerts(self, core: Any) -> Iterator[Any]:
+        from rsched.tools.events import delivery_stats
+
+        total = core.CounterMetricFamily(
+            "rsched_alert_deliveries",
+            "Alert delivery attempts by sink and outcome: delivered, failed (after the "
+            "last attempt), retried (an attempt that failed and will be retried).",
+            labels=["sink", "target", "outcome"],
+        )
+        for sid, target, outcome, n in delivery_stats(self.rs):
+            total.add_metric([sid, target, outcome], n)
+        yield total
 
 
 def _lateness(entries: list[Any]) -> int | None:

@@ -25,7 +25,7 @@ def server_ms(server: RedisServer) -> int:
 def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_000) -> list[object]:
     q = rs.keys.queue(queue)
     out = rs.scripts(
-        "claim-11",
+        "claim-12",
         [
             q.sched,
             q.proc,
@@ -38,6 +38,7 @@ def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_00
             q.history,
             q.lanes,
             q.handles,
+            q.events,
         ],
         [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5],
     )

@@ -1,4 +1,4 @@
--- claim-11: claim up to N due tasks for one consumer, by the server's clock, of
+-- claim-12: claim up to N due tasks for one consumer, by the server's clock, of
 -- the types it can run. Also registers the consumer (and the types it runs) and
 -- reaps expired leases (bounded), so a running consumer is its own sweeper; the
 -- script is atomic, so two consumers can never reap or claim the same entry.
@@ -14,6 +14,7 @@
 -- KEYS[9] history    STREAM execution records
 -- KEYS[10] lanes     HASH type -> lane number of its parked tasks; '#' -> lanes given out
 -- KEYS[11] handles   HASH consumer id -> JSON array of the type globs it runs
+-- KEYS[12] events    STREAM the queue's events (capped): run.lost / task.dead of a reap
 -- ARGV[1] max        integer, tasks to claim at most (0 = only register/reap)
 -- ARGV[2] lease      integer ms
 -- ARGV[3] consumer   consumer id string
@@ -27,7 +28,8 @@
 -- ARGV[10] handles   optional: the JSON array stored in KEYS[11] when the consumer
 --                    (re)registers or checks; "" or absent: store nothing
 -- ARGV[11] park      optional integer: due tasks of other types parked at most per call
--- ARGV[12..] types   optional: Lua patterns (anchored) of the types this consumer runs;
+-- ARGV[12] events_max optional integer, events stream cap (absent or 0: no events)
+-- ARGV[13..] types   optional: Lua patterns (anchored) of the types this consumer runs;
 --                    none = every type (a `*` handler: parked tasks included)
 -- Returns {now, next_due|-1, next_lease_expiry|-1, paused 0|1, reaped_requeued, reaped_dead,
 --          then 7 entries per claimed task: member, payload, attempt, max_attempts, token, due, last_error}
@@ -56,12 +58,13 @@
 --@include _lanes.lua
 
 local TYPES = {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
-  KEYS[6], 'string', KEYS[8], 'zset', KEYS[9], 'stream', KEYS[10], 'hash', KEYS[11], 'hash'}
+  KEYS[6], 'string', KEYS[8], 'zset', KEYS[9], 'stream', KEYS[10], 'hash', KEYS[11], 'hash',
+  KEYS[12], 'stream'}
 local maxc = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local park_limit = tonumber(ARGV[11] or '0') or 0
 local pats = {}
-for i = 12, #ARGV do pats[#pats + 1] = ARGV[i] end
+for i = 13, #ARGV do pats[#pats + 1] = ARGV[i] end
 local filtered = #pats > 0
 local now = now_ms()
 
@@ -142,7 +145,8 @@ end
 
 local rq, rd = 0, 0
 if reap_now then
-  rq, rd = reap(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], now, tonumber(ARGV[5]), ARGV[6], ARGV[7], false, tonumber(ARGV[8]))
+  rq, rd = reap(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], now, tonumber(ARGV[5]), ARGV[6], ARGV[7], false, tonumber(ARGV[8]),
+    KEYS[12], ARGV[12])
 end
 local out = {now, -1, -1, paused, rq, rd}
 

@@ -1,4 +1,4 @@
--- cron-shard-7: sharded and broadcast crons: claim this runner's items of a tick.
+-- cron-shard-8: sharded and broadcast crons: claim this runner's items of a tick.
 --
 -- KEYS[1] ticks    ZSET member fire_ms -> first claim time (ms)
 -- KEYS[2] state    HASH cron state
@@ -7,6 +7,7 @@
 -- KEYS[5] paused   STRING present while paused
 -- KEYS[6] history  STREAM execution records
 -- KEYS[7] fence    STRING fencing counter (one token per item run)
+-- KEYS[8] events   STREAM the cron's events (capped): `tick.missed`
 -- ARGV[1]  fire        integer ms, the tick
 -- ARGV[2]  mode        'own' (my share: items i with i % live == my rank) | 'steal'
 --                      (every item nobody claimed) | 'broadcast' (one item per runner)
@@ -19,6 +20,7 @@
 -- ARGV[9]  host        string
 -- ARGV[10] pid         integer
 -- ARGV[11] runner_ttl  integer ms
+-- ARGV[12] events_max  integer, events stream cap (0: no events)
 -- Returns {status, now, item1, token1, item2, token2, ...}; status 'early' | 'missed' |
 -- 'paused' | 'ok' (possibly with no items). A tick that fell while the cron was paused
 -- (see cron_paused) is 'paused' (recorded `skipped`) even when it is also late.
@@ -43,7 +45,10 @@ end
 local deadline = tonumber(ARGV[5])
 if deadline >= 0 and now - tonumber(fire) > deadline and mode ~= 'steal' then
   if first then
-    cron_note(KEYS[6], ARGV[7], ARGV[8], fire, now, 'missed', 'late by ' .. (now - tonumber(fire)) .. ' ms', ARGV[9], ARGV[10])
+    local late = 'late by ' .. (now - tonumber(fire)) .. ' ms'
+    cron_note(KEYS[6], ARGV[7], ARGV[8], fire, now, 'missed', late, ARGV[9], ARGV[10])
+    event(KEYS[8], ARGV[12], 'tick.missed', now, {kind = 'cron', name = ARGV[8],
+      fire_ms = tonumber(fire), result = 'missed', error = late, host = ARGV[9]})
   end
   return {'missed', now}
 end

@@ -1,4 +1,4 @@
--- cron-forget-11: forget a retired cron: delete every key of it but its fencing
+-- cron-forget-13: forget a retired cron: delete every key of it but its fencing
 -- counter, in one step, unless a runner is live (then nothing is deleted). The
 -- counter stays (a few bytes) so that fencing tokens only go up, also for a new
 -- cron later started under the same name (guarantee 4). A runner that registers concurrently
@@ -16,6 +16,8 @@
 -- KEYS[9] stats    HASH result -> count
 -- KEYS[10] triggers ZSET run requests not yet claimed (rsched trigger, --after)
 -- KEYS[11] twake   STREAM the requests' wake-up of idle runners
+-- KEYS[12] events  STREAM the cron's events
+-- KEYS[13] evdone  HASH their delivery outcomes
 -- ARGV[1] force    '1': forget even while runners are live | '0'
 -- Returns {status, live runners, keys deleted}: status 'live' (refused: nothing
 -- deleted) or 'done' (keys deleted may be 0: there was nothing to forget).

@@ -1,4 +1,4 @@
--- cron-tick-8: a runner claims one tick of a cron (not a lock: the tick
+-- cron-tick-9: a runner claims one tick of a cron (not a lock: the tick
 -- itself, once ever), by the server's clock, and decides what happens to it.
 --
 -- KEYS[1] ticks    ZSET member fire_ms -> claim time (ms), trimmed by age
@@ -9,6 +9,7 @@
 -- KEYS[6] history  STREAM execution records (capped)
 -- KEYS[7] runners  ZSET runner id -> registration expiry (ms)
 -- KEYS[8] wake     ZSET wake-up of the run lock's holder (concurrency replace; see _cron.lua)
+-- KEYS[9] events   STREAM the cron's events (capped): `tick.missed`
 -- ARGV[1]  fire         integer ms, the tick
 -- ARGV[2]  mode         'fire' (run it if allowed) | 'missed' (only record it as missed)
 -- ARGV[3]  runner       string, runner id for the registry
@@ -22,6 +23,7 @@
 -- ARGV[11] maxlen       integer, history cap
 -- ARGV[12] name         string, the cron's name (for records)
 -- ARGV[13] runner_ttl   integer ms, registry entry lifetime
+-- ARGV[14] events_max   integer, events stream cap (0: no events)
 -- Returns {status, now[, token]}; status:
 --   'early'   the tick is in the future by the server's clock (nothing written)
 --   'taken'   another runner claimed it already
@@ -59,6 +61,8 @@ end
 local deadline = tonumber(ARGV[9])
 if ARGV[2] == 'missed' or (deadline >= 0 and now - tonumber(fire) > deadline) then
   cron_note(KEYS[6], maxlen, name, fire, now, 'missed', 'late by ' .. (now - tonumber(fire)) .. ' ms', host, pid)
+  event(KEYS[9], ARGV[14], 'tick.missed', now, {kind = 'cron', name = name, fire_ms = tonumber(fire),
+    result = 'missed', error = 'late by ' .. (now - tonumber(fire)) .. ' ms', host = host})
   return {'missed', now}
 end
 local conc = ARGV[8]

@@ -1,5 +1,5 @@
--- fail-7: a run failed: retry the task after a backoff, or dead-letter it
--- when it has used all its attempts. Owner-checked by claim token.
+-- fail-8: a run failed: retry the task after a backoff, or dead-letter it
+-- when it has used all its attempts (event task.dead). Owner-checked by claim token.
 --
 -- KEYS[1] sched    ZSET member -> due
 -- KEYS[2] proc     ZSET member -> lease expiry
@@ -8,6 +8,7 @@
 -- KEYS[5] history  STREAM execution records
 -- KEYS[6] stats    HASH counters; the run-duration histogram (_duration.lua)
 -- KEYS[7] wake     ZSET wake-up marker
+-- KEYS[8] events   STREAM the queue's events (capped)
 -- ARGV[1] maxlen   integer, history cap
 -- ARGV[2] member
 -- ARGV[3] token
@@ -17,6 +18,7 @@
 -- ARGV[7] result   "failed" | "timeout"
 -- ARGV[8] dead_now "1" to dead-letter whatever the attempts (e.g. payload refused)
 -- ARGV[9] defmax   integer, max attempts for tasks added without one
+-- ARGV[10] events_max integer, events stream cap (0: no events)
 -- Returns {"retry", due} | {"dead", died_at} | {"stale", 0}
 --@include _now.lua
 --@include _record.lua
@@ -44,6 +46,10 @@ if ARGV[8] == '1' or r[P_ATTEMPTS] >= eff_max(r, tonumber(ARGV[9])) then
   redis.call('ZADD', KEYS[3], now, m)
   redis.call('HSET', KEYS[4], m, rec_encode(r))
   redis.call('HINCRBY', KEYS[6], 'dead|' .. t, 1)
+  local ev = {kind = 'task', type = t, id = string.sub(m, #t + 2), result = ARGV[7], error = ARGV[4],
+    attempt = r[P_ATTEMPTS], token = tok}
+  if ARGV[6] ~= '' then ev = cjson.decode(ARGV[6]) end
+  event(KEYS[8], ARGV[10], 'task.dead', now, ev)
   return {'dead', now}
 end
 local due = now + tonumber(ARGV[5])
