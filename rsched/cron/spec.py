@@ -51,6 +51,9 @@ class CronSpec:
     broadcast: bool = False
     on_lock_lost: str = "kill"
     grace_s: float = 5.0
+    #: bytes the job's command gets on stdin (None: /dev/null); a Python cron's
+    #: child (rsched.app) reads its connection settings there, never from argv
+    stdin: bytes | None = None
 
     @property
     def sharded(self) -> bool:
