@@ -25,6 +25,12 @@ keys) run the synchronous library's code on a worker thread
 (``asyncio.to_thread``) with a client of their own, so their decoding is the
 one the CLI uses. Plain ``redis://``, ``rediss://`` and ``unix://`` URLs; a
 Sentinel or Cluster URL is refused (use the synchronous client there).
+
+Partitioned queues: adds and cancels go to the partition the stored count
+(``queue-config``) says, read once per flush for the queues not known to be
+partitioned (a count > 1 is kept). Partitioning a queue is left to the
+synchronous side (a consumer or an add with ``--partitions``): a queue the
+config file partitions that is not partitioned in Redis yet is refused.
 """
 
 from __future__ import annotations
@@ -134,6 +140,10 @@ class Rsched:
         from rsched.queue.specs import make_spec
 
         _check_if_exists(if_exists)
+        if kw.pop("partitions", None) is not None:
+            raise errors.BadInput(
+                "partitions", "rsched.aio adds by the count stored in Redis; give none"
+            )
         spec = make_spec(task_type, task_id, **kw)
         fut: asyncio.Future[AddResult] = asyncio.get_running_loop().create_future()
         self._pending.append((spec, if_exists, fut))
@@ -177,10 +187,22 @@ class Rsched:
             except Exception as exc:
                 raise map_error(exc) from exc
             for q, stored in zip(ask, got, strict=True):
+                if stored is None and self._wants_partitions(q):
+                    raise errors.ConfigError(
+                        f"queue {q} is configured with partitions (queues.{q}.partitions) but "
+                        "is not partitioned in Redis yet: start its consumers (or add one task "
+                        "with the synchronous client) first"
+                    )
                 n = out[q] = int(stored) if stored is not None else 1
                 if n > 1:
                     self._counts[q] = n
         return out
+
+    def _wants_partitions(self, queue: str) -> bool:
+        if self.settings is None:
+            return False
+        want = self.settings.queue_options(queue).get("partitions")
+        return want is not None and int(want) > 1
 
     async def _stored(self, queue: str, task_type: str, task_id: str) -> str:
         n = await self._count(queue)

@@ -113,8 +113,7 @@ def run_worker(
             interrupted.append(name)
         if consumer is not None:
             consumer.stop(name)
-        else:
-            stop.set()
+        stop.set()  # the cron runners stop their jobs now, not after the consumer's grace
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

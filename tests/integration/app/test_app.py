@@ -300,3 +300,29 @@ def test_run_worker_refuses_what_is_not_an_app(cli: Cli, appdir: Path) -> None:
     assert "MODULE:ATTR" in res.stderr and "not an rsched.App" in res.stderr
     res = cli("run", "worker", "nosuchmodule:app", check=2)
     assert "cannot import" in res.stderr
+
+
+def test_async_client_on_a_partitioned_queue(server, namespace: str, rs) -> None:
+    rs.add("p.t", "seed", queue="parts", partitions=4, delay="1h")
+
+    async def main() -> None:
+        ars = AsyncRsched.from_url(server.url, namespace=namespace)
+        try:
+            res = await asyncio.gather(
+                *(ars.add("p.t", str(i), queue="parts", delay="1h") for i in range(40))
+            )
+            assert len({r.task.id for r in res}) == 40
+            assert (await ars.show("p.t", "7", queue="parts")).state == "scheduled"
+            assert await ars.cancel("p.t", "8", queue="parts") == "scheduled"
+            with pytest.raises(BadInput, match="partitions"):
+                await ars.add("p.t", "x", queue="parts", partitions=4)
+        finally:
+            await ars.close()
+
+    asyncio.run(main())
+    # where the synchronous client (and so every consumer) looks for them
+    assert rs.show("p.t", "39", queue="parts").state == "scheduled"
+    with pytest.raises(NotFound):
+        rs.show("p.t", "8", queue="parts")
+    stored = {rs.add("p.t", str(i), queue="parts").stored_queue for i in range(40)}
+    assert len(stored) > 1  # spread over the partitions
