@@ -326,3 +326,57 @@ def test_async_client_on_a_partitioned_queue(server, namespace: str, rs) -> None
         rs.show("p.t", "8", queue="parts")
     stored = {rs.add("p.t", str(i), queue="parts").stored_queue for i in range(40)}
     assert len(stored) > 1  # spread over the partitions
+
+
+@pytest.mark.parametrize("cron", [False, True], ids=["tasks", "tasks+crons"])
+def test_worker_systemd_notify_and_metrics(
+    cli: Cli, appdir: Path, tmp_path: Path, cron: bool
+) -> None:
+    import socket
+    import urllib.request
+
+    from tests.support import free_port
+
+    path = f"/tmp/rsched-worker-notify-{os.getpid()}-{tmp_path.name[-12:]}.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(15)
+    port = free_port()
+    try:
+        env = {"APP_OUT": str(appdir / "out"), "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"}
+        if cron:
+            env["APP_CRON"] = "1"
+        p = cli.spawn("run", "worker", "shopapp:app", "--metrics-port", str(port), env=env)
+        seen: list[str] = []
+        for field in ("READY=1", "WATCHDOG=1"):
+            while field not in seen:
+                seen += s.recv(4096).decode().split("\n")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            assert b"rsched_" in r.read()
+        p.send_signal(signal.SIGTERM)
+        while "STOPPING=1" not in seen:
+            seen += s.recv(4096).decode().split("\n")
+        assert p.wait(15) == 0
+    finally:
+        s.close()
+        os.unlink(path)
+
+
+def test_worker_bad_options_exit_2_before_connecting(cli: Cli, appdir: Path) -> None:
+    res = cli(
+        "--redis-url",
+        "redis://127.0.0.1:1/0",
+        "run",
+        "worker",
+        "shopapp:app",
+        "--concurrency",
+        "0",
+        env={"APP_OUT": str(appdir / "out")},
+        check=2,
+    )
+    assert "--concurrency" in res.stderr
+    (appdir / "badcron.py").write_text(
+        "from rsched import App\napp = App()\n@app.cron('61 * * * *')\ndef f(run): pass\n"
+    )
+    res = cli("run", "worker", "badcron:app", check=2)
+    assert "schedule" in res.stderr
