@@ -103,9 +103,10 @@ def test_two_workers_fire_each_tick_once(cli: Cli, appdir: Path, rs) -> None:
     assert len(set(tokens)) == len(tokens)
     assert all(line.split()[2] == "tick" for line in lines(ticks))
     recs = [r for r in records(cli) if r["kind"] == "cron" and r["name"] == "tick"]
-    ok = sorted(r["fire_ms"] for r in recs if r["result"] == "ok")
-    assert len(ok) == len(set(ok))
-    assert set(fired) <= set(ok)
+    ran = [r["fire_ms"] for r in recs]
+    assert len(ran) == len(set(ran)), "a tick recorded twice"
+    assert set(fired) <= set(ran)  # (the last may be recorded killed by the SIGTERM)
+    assert sum(r["result"] == "ok" for r in recs) >= 3
     assert {r["pid"] for r in recs} <= {a.pid, b.pid}
 
 
