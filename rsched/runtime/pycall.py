@@ -17,7 +17,9 @@
   raising is failed, with the exception's text sent back through a pipe); what
   it changed in memory stays in the child; its output goes to the worker's
   stdout/stderr; side effects it made before the kill (rows written, requests
-  sent) stay made, as with any killed process.
+  sent) stay made, as with any killed process. The worker's guardian
+  (:mod:`rsched.runtime.proc`) kills it too if the worker dies meanwhile
+  (``kill -9``, the OOM killer): it never outlives its worker.
 
 Returns :class:`rsched.runtime.handlers.CallOutcome` (``timed_out`` set when
 the deadline stopped it).
@@ -111,12 +113,17 @@ def _run_async(fn: Callable[[Any], Any], arg: Any, timeout_s: float | None) -> t
 
 
 def _run_forked(fn: Callable[[Any], Any], arg: Any, timeout_s: float) -> tuple[str, bool]:
+    from rsched.runtime import proc
+
     r, w = os.pipe()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
+    # The worker's guardian (rsched.runtime.proc) kills the child's group if the
+    # worker dies (kill -9, OOM) while it runs: it never outlives its worker.
+    guard = proc._GUARD.begin()
     with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": we call one fn
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
@@ -147,6 +154,8 @@ def _run_forked(fn: Callable[[Any], Any], arg: Any, timeout_s: float) -> tuple[s
             os.setpgid(pid, pid)  # (both sides: the kill below must reach the group)
         except OSError:
             pass
+        if guard is not None:
+            proc._GUARD.started(guard[0], pid)
         deadline = time.monotonic() + timeout_s
         chunks: list[bytes] = []
         done = False
@@ -172,6 +181,8 @@ def _run_forked(fn: Callable[[Any], Any], arg: Any, timeout_s: float) -> tuple[s
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(r)
+        if guard is not None:
+            proc._GUARD.end(guard[0])
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
         return "", False

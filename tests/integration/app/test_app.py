@@ -41,6 +41,12 @@ APP = textwrap.dedent(
         time.sleep(3)
         note("slow.after", task.id)
 
+    @app.task("order.long", timeout="60s", lease="1s")
+    def long(task):
+        note("long.pid", str(os.getpid()))
+        time.sleep(60)
+        note("long.after", task.id)
+
     @app.task("order.aslow", timeout="300ms", max_attempts=1)
     async def aslow(task):
         try:
@@ -175,6 +181,25 @@ def test_a_worker_killed_with_kill_9_loses_no_task(cli: Cli, appdir: Path, rs) -
     wait_for(lambda: set(lines(closed)) >= want, timeout=30, what="every task run")
     wait_for(lambda: rs.queues()[0].processing == 0, timeout=10, what="nothing held")
     assert rs.list() == []
+
+
+def test_a_forked_handler_dies_with_its_worker(cli: Cli, appdir: Path, rs) -> None:
+    rs.add("order.long", "l1")
+    a = worker(cli, appdir)
+    pidfile = appdir / "out" / "long.pid"
+    pid = int(wait_for(lambda: lines(pidfile), timeout=15, what="the handler running")[0])
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait(timeout=10)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(gone, timeout=10, what="the forked handler killed with its worker")
+    assert not (appdir / "out" / "long.after").exists()
 
 
 def test_locked_raises_lock_held_while_another_process_holds_it(
