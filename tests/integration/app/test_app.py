@@ -65,6 +65,15 @@ APP = textwrap.dedent(
         @app.cron("* * * * * ?", name="tick")
         def tick(run):
             note("ticks", f"{run.fire_ms} {run.fencing_token} {run.name}")
+
+        @app.cron("* * * * * ?", name="atick")
+        async def atick(run):
+            await asyncio.sleep(0)
+            note("aticks", f"{run.fire_ms} {run.fire_at}")
+
+        @app.cron("* * * * * ?", name="split", shards=2)
+        def split(run):
+            note("split", f"{run.fire_ms} {run.shard_index} {run.shard_total}")
     """
 )
 
@@ -98,7 +107,10 @@ def test_two_workers_fire_each_tick_once(cli: Cli, appdir: Path, rs) -> None:
     runners = rs.keys.cron("tick").runners
     wait_for(lambda: rs.redis.zcard(runners) == 2, timeout=15, what="both workers registered")
     ticks = appdir / "out" / "ticks"
+    aticks, split = appdir / "out" / "aticks", appdir / "out" / "split"
     wait_for(lambda: len(lines(ticks)) >= 4, timeout=20, what="4 ticks")
+    wait_for(lambda: len(lines(aticks)) >= 2, timeout=10, what="2 ticks of the async cron")
+    wait_for(lambda: len(lines(split)) >= 4, timeout=10, what="4 shard runs")
     for p in (a, b):
         p.send_signal(signal.SIGTERM)
     for p in (a, b):
@@ -108,6 +120,14 @@ def test_two_workers_fire_each_tick_once(cli: Cli, appdir: Path, rs) -> None:
     tokens = [int(line.split()[1]) for line in lines(ticks)]
     assert len(set(tokens)) == len(tokens)
     assert all(line.split()[2] == "tick" for line in lines(ticks))
+    afired = [line.split() for line in lines(aticks)]
+    assert len({f for f, _ in afired}) == len(afired)
+    from rsched.core.timeutil import iso
+
+    assert all(iso(int(f)) == at for f, at in afired)  # fire_ms and fire_at agree
+    items = [tuple(map(int, line.split())) for line in lines(split)]
+    assert len(set(items)) == len(items), f"a shard of a tick ran twice: {items}"
+    assert {(i, n) for _, i, n in items} <= {(0, 2), (1, 2)}
     recs = [r for r in records(cli) if r["kind"] == "cron" and r["name"] == "tick"]
     ran = [r["fire_ms"] for r in recs]
     assert len(ran) == len(set(ran)), "a tick recorded twice"
