@@ -231,7 +231,7 @@ class Rsched:
             q = self.keys.queue(stored)
             for i in range(0, len(items), BATCH):
                 part = items[i : i + BATCH]
-                calls.append((q, if_exists, "tasks", [_args(s) for s, _ in part], checks))
+                calls.append((q, if_exists, "text", [_args(s) for s, _ in part], checks))
                 chunks.append(part)
         res = await acalls.add_batch(self, calls, after=[("SADD", self.keys.queues, *queues)])
         for (q, *_), part, reply in zip(calls, chunks, res, strict=False):
@@ -242,7 +242,8 @@ class Rsched:
                         fut.set_exception(err)
                 continue
             self._checked.add(q.name)
-            for (_, fut), ar in zip(part, _results([s for s, _ in part], reply), strict=True):
+            flat = reply.split(" ")  # reply "text": "status state due" per task
+            for (_, fut), ar in zip(part, _results([s for s, _ in part], flat), strict=True):
                 if not fut.done():
                     fut.set_result(ar)
 

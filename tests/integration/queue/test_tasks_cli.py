@@ -255,7 +255,7 @@ def test_pause_and_resume_json(cli: Cli, rs: Rsched) -> None:
 
 #: Commands whose own options are not --format/--json yet (their output is a child's
 #: or a loop's log; `--log-format json` is theirs). Everything else takes both.
-NO_OUTPUT_OPTIONS = {"exec", "run consumer", "run cron", "run expired"}
+NO_OUTPUT_OPTIONS = {"exec", "run consumer", "run cron", "run expired", "run worker"}
 
 
 def test_every_command_takes_format_and_json_after_it() -> None:
