@@ -426,3 +426,25 @@ def test_worker_bad_options_exit_2_before_connecting(cli: Cli, appdir: Path) -> 
     )
     res = cli("run", "worker", "badcron:app", check=2)
     assert "schedule" in res.stderr
+
+
+def test_a_worker_of_crons_only_runs_and_stops_on_sigterm(cli: Cli, appdir: Path) -> None:
+    (appdir / "cronsonly.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            from rsched import App
+            app = App()
+            @app.cron("* * * * * ?")
+            def beat(run):
+                with open(os.path.join(os.environ["APP_OUT"], "beats"), "a") as fh:
+                    fh.write(f"{run.name} {run.fire_ms}\\n")
+            """
+        )
+    )
+    p = cli.spawn("run", "worker", "cronsonly:app", env={"APP_OUT": str(appdir / "out")})
+    beats = appdir / "out" / "beats"
+    wait_for(lambda: lines(beats), timeout=15, what="a beat")
+    assert lines(beats)[0].split()[0] == "cronsonly.beat"  # the default name: module.function
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 0
