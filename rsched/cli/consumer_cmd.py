@@ -92,7 +92,8 @@ def build_handlers(
 @click.option(
     "--timeout",
     metavar="DUR",
-    help="Kill a command handler's process group after DUR [config; default none].",
+    help="Stop a handler after DUR, recorded timeout: a command's process group is killed, "
+    "a --call function runs in a forked child that is killed [config; default none].",
 )
 @click.option(
     "--grace",

@@ -19,8 +19,10 @@ handler), never by what is stored in Redis:
   reads ``RSCHED_TASK_ID``); ``"plain"`` opts out (the ID as is, even
   ``--help``: only for a program that takes no options);
 * a Python callable ``fn(task)`` (or ``"module:function"`` /
-  ``"python:module:function"``): returning acks, raising fails. A callable
-  cannot be killed, so ``timeout`` only applies to commands.
+  ``"python:module:function"``; ``async def`` too): returning acks, raising
+  fails; past its timeout it is stopped and recorded ``timeout``
+  (:mod:`rsched.runtime.pycall`: a plain function with a timeout runs in a
+  forked child that is killed, a coroutine is cancelled).
 
 ``*`` catches every type without its own handler, and a key with ``*``
 inside (``report.*``) matches like a shell glob. A consumer claims only the
@@ -127,6 +129,8 @@ class CommandHandler:
 class PythonHandler:
     fn: Callable[[Task], Any]
     name: str
+    #: its own timeout (``@app.task(timeout=...)``); None: the queue's
+    timeout_ms: int | None = None
 
     def __str__(self) -> str:
         return f"python:{self.name}"
@@ -137,9 +141,18 @@ Handler = CommandHandler | PythonHandler
 
 def load_callable(spec: str, field: str = "--call") -> PythonHandler:
     """``"package.module:function"`` -> the callable (imported now, so errors show early)."""
+    obj = load_object(spec, field, "MODULE:FUNCTION (like reports.jobs:run_daily)")
+    if not callable(obj):
+        raise BadInput(field, f"{spec!r} is not callable")
+    return PythonHandler(obj, spec.strip())
+
+
+def load_object(spec: str, field: str, form: str = "MODULE:ATTR (like shop.tasks:app)") -> Any:
+    """``"package.module:attr"`` -> the object, imported with the current directory on
+    the import path (as ``python -m`` would: handlers next to the config work)."""
     mod_name, sep, attr = spec.strip().partition(":")
     if not sep or not mod_name or not attr:
-        raise BadInput(field, f"{spec!r} is not MODULE:FUNCTION (like reports.jobs:run_daily)")
+        raise BadInput(field, f"{spec!r} is not {form}")
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)  # as `python -m` would: handlers next to the config work
@@ -152,9 +165,7 @@ def load_callable(spec: str, field: str = "--call") -> PythonHandler:
             obj = getattr(obj, part)
         except AttributeError:
             raise BadInput(field, f"{mod_name!r} has no attribute {attr!r}") from None
-    if not callable(obj):
-        raise BadInput(field, f"{spec!r} is not callable")
-    return PythonHandler(obj, f"{mod_name}:{attr}")
+    return obj
 
 
 def make_handler(spec: Any, field: str = "--handler", id_arg: str | None = None) -> Handler:

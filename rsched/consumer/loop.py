@@ -67,7 +67,7 @@ from rsched.core.transient import TRANSIENT
 from rsched.lua import calls
 from rsched.queue import queues as _partitions
 from rsched.runtime import handlers as run_handlers
-from rsched.runtime import systemd
+from rsched.runtime import pycall, systemd
 from rsched.runtime.loop import LineLog, stop_signals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -605,11 +605,13 @@ class Consumer:
             h.result, h.error = "failed", f"no handler for {task.type}"
             return
         if isinstance(handler, PythonHandler):
-            done = run_handlers.call(handler.fn, task)
+            limit = handler.timeout_ms or self._by_name[task.queue].opts.timeout_ms
+            done = pycall.run_call(handler.fn, task, limit / 1000 if limit else None)
             if done.ok:
                 h.result = "ok"
             else:
-                h.result, h.error = "failed", done.error[-4000:]
+                h.result = "timeout" if done.timed_out else "failed"
+                h.error = done.error[-4000:]
             h.duration_ms = done.duration_ms
             self._py_avg_s = self._py_avg_s * 0.9 + done.duration_s * 0.1
             return

@@ -174,6 +174,7 @@ class JobRun:
             cmd = Command(
                 s.command,
                 env,
+                stdin=s.stdin,
                 timeout_s=s.timeout_ms / 1000 if s.timeout_ms else None,
                 grace_s=s.grace_s,
                 log_bytes=log_max_bytes(r.rs),

@@ -55,6 +55,9 @@ class CronSpec:
     grace_s: float = 5.0
     #: Runs once each time one of these crons finishes ok (``--after``).
     after: tuple[str, ...] = ()
+    #: bytes the job's command gets on stdin (None: /dev/null); a Python cron's
+    #: child (rsched.app) reads its connection settings there, never from argv
+    stdin: bytes | None = None
 
     @property
     def sharded(self) -> bool:

@@ -7,7 +7,8 @@
 --                        when this (logical) queue is partitioned (see queue/queues.py)
 -- KEYS[5] wake     ZSET  wake-up marker for idle consumers
 -- ARGV[1] mode     "keep" | "replace" | "error" (what to do with an existing task)
--- ARGV[2] reply    "tasks" (3 entries per task) | "counts" ({added, kept, replaced})
+-- ARGV[2] reply    "tasks" (3 entries per task) | "text" (the same as one string)
+--                  | "counts" ({added, kept, replaced})
 --                  | "one" (one task, with what a kept task's result needs)
 -- ARGV[3] checks   letters: "t" check the keys' types first (a caller does it once
 --                  per connection and queue, not on every call); "p" refuse to add
@@ -19,7 +20,9 @@
 --   max_attempts integer >= 1, or 0 for "the consumer's default"
 -- Returns, for reply "tasks", a flat array of 3 entries per task: status
 -- ("added"|"kept"|"replaced"), state ("scheduled"|"due"|"processing"|"dead"),
--- due (ms); for reply "counts", {added, kept, replaced}; for reply "one":
+-- due (ms); for reply "text", those entries as one string, separated by single
+-- spaces (one bulk reply: cheaper to parse for a pure-Python client, the asyncio
+-- client's batches); for reply "counts", {added, kept, replaced}; for reply "one":
 -- {status, due, now} (added, replaced: due or scheduled by due <= now), or
 -- {"kept", state, due, now, record, score} with the stored record and its score
 -- in sched, proc or dead (as text), or {"partitioned", N} when "p" found the
@@ -71,6 +74,7 @@ if string.find(checks, 't', 1, true) then
 end
 local mode = ARGV[1]
 local tasks_reply = ARGV[2] ~= 'counts'
+local text_reply = ARGV[2] == 'text'
 local one_reply = ARGV[2] == 'one'
 local partitioned = string.find(checks, 'p', 1, true)
 if partitioned and not one_reply then
@@ -182,7 +186,9 @@ for i = 1, n do
     if min_due == nil or due < min_due then min_due = due end
     st, d = (due <= now) and 'due' or 'scheduled', due
   end
-  if tasks_reply then
+  if text_reply then
+    out[#out + 1] = status .. ' ' .. st .. ' ' .. string.format('%d', d)
+  elseif tasks_reply then
     out[#out + 1] = status
     out[#out + 1] = st
     out[#out + 1] = d
@@ -215,5 +221,6 @@ if min_due ~= nil then
   end
 end
 if not tasks_reply then return {added, kept, replaced} end
+if text_reply then return table.concat(out, ' ') end
 
 return out

@@ -34,9 +34,10 @@ while it runs, to the run's live stream (chunks flushed every second or per
 :func:`store_log` writes the finished run's log next to its history record
 (``log-put-3``: same hash slot, trimmed with the history's cap).
 
-A **Python callable** (:func:`call`) cannot be killed: it gets its argument,
-returning is ok, raising is failed with the exception and the last lines of its
-traceback as the error.
+A **Python callable** (:func:`call`) gets its argument, returning is ok,
+raising is failed with the exception and the last lines of its traceback as
+the error; with a timeout it runs through :mod:`rsched.runtime.pycall`
+(forked and killed, or cancelled when async).
 
 Used by ``run consumer`` (command and Python handlers) and ``run expired``;
 cron's job run and ``exec`` build a :class:`Command` the same way.
@@ -240,6 +241,8 @@ class CallOutcome:
     error: str  # "" when ok: TYPE: message, then the last lines of the traceback
     duration_ms: int
     duration_s: float
+    #: stopped at its timeout (:func:`rsched.runtime.pycall.run_call`)
+    timed_out: bool = False
 
 
 def call(

@@ -24,6 +24,8 @@ LAYERS = {
     "consumer": {"core", "lua", "context", "runtime", "queue", "locks"},
     "cron": {"core", "lua", "context", "runtime", "queue", "locks"},
     "expired": {"core", "lua", "context", "runtime", "queue"},
+    "aio": {"core", "lua", "context", "queue"},
+    "app": {"core", "lua", "context", "runtime", "queue", "locks", "consumer", "cron"},
 }
 #: Above the engine: the facade, the operator tools and the CLI may import the engine.
 ENGINE = set(LAYERS)

@@ -6,11 +6,13 @@ files after a plain install; -v/-q work after the command."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -343,7 +345,7 @@ def test_readme_python_runs(tmp_path: Path, server: RedisServer, namespace: str)
     from rsched.api import Rsched
 
     blocks = _blocks(README, "python")
-    assert len(blocks) == 2
+    assert len(blocks) == 4  # the library, a handler; an App, the asyncio client
     (tmp_path / "shop").mkdir()
     (tmp_path / "shop" / "__init__.py").write_text("")
     (tmp_path / "shop" / "tasks.py").write_text(blocks[1])
@@ -362,6 +364,23 @@ def test_readme_python_runs(tmp_path: Path, server: RedisServer, namespace: str)
             rs.add("order.close", "1001", payload={"order": 1001}, if_exists="replace")  # due now
             stats = rs.consumer(handlers={"order.close": close}, burst=True).run()
             assert stats.ok == 1
+        # Python applications: the App declares (nothing connects), the aio client adds.
+        app_ns: dict[str, Any] = {}
+        exec(compile(blocks[2], "README.md", "exec"), app_ns)
+        assert sorted(app_ns["app"].tasks) == ["order.close"]
+        assert sorted(app_ns["app"].crons) == ["report.daily"]
+        aio = blocks[3].replace(
+            'Rsched.from_url("redis://127.0.0.1:6379/0")',
+            f"Rsched.from_url({url!r}, namespace={namespace!r})",
+        )
+        assert aio != blocks[3]
+        body = "".join(f"    {line}\n" for line in aio.splitlines())
+        exec(
+            compile(f"async def main():\n{body}    await rs.close()\n", "README.md", "exec"), app_ns
+        )
+        asyncio.run(app_ns["main"]())
+        with Rsched.from_url(url, namespace) as rs:
+            assert rs.show("order.close", "1001").state == "scheduled"
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("shop.tasks", None)
@@ -569,12 +588,22 @@ def test_readme_tour_runs(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "shop").mkdir()
     (tmp_path / "shop" / "__init__.py").write_text("")
     (tmp_path / "shop" / "tasks.py").write_text(_blocks(README, "python")[1])
+    (tmp_path / "shop" / "app.py").write_text(_blocks(README, "python")[2])
     ran = []
     for words in _readme_commands():
         args = words[1:]
         if args[:2] == ["server", "start"]:
             continue  # the test's own server stands in for it
-        if args[:2] == ["run", "cron"]:
+        if args[:2] == ["run", "worker"]:
+            p = cli.spawn(*args, env={"PYTHONPATH": str(tmp_path)})
+            wait_for(
+                lambda: any(c["runners"] for c in cli.json("crons") if c["name"] == "report.daily"),
+                timeout=20,
+                what="the worker's cron runner registered",
+            )
+            p.terminate()
+            assert p.wait(timeout=30) == 0
+        elif args[:2] == ["run", "cron"]:
             p = cli.spawn(*args)
             wait_for(
                 lambda cron=args[2]: json.loads(cli("history", cron, "--json", check=0).stdout),

@@ -256,7 +256,7 @@ def test_pause_and_resume_json(cli: Cli, rs: Rsched) -> None:
 
 #: Commands whose own options are not --format/--json yet (their output is a child's
 #: or a loop's log, or a server's (`web`); `--log-format json` is theirs). Everything else takes both.
-NO_OUTPUT_OPTIONS = {"exec", "run consumer", "run cron", "run expired", "web"}
+NO_OUTPUT_OPTIONS = {"exec", "run consumer", "run cron", "run expired", "run worker", "web"}
 
 
 def test_every_command_takes_format_and_json_after_it() -> None:

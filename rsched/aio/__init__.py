@@ -1,0 +1,5 @@
+"""asyncio client: ``from rsched.aio import Rsched`` (see :mod:`rsched.aio.client`)."""
+
+from rsched.aio.client import Rsched
+
+__all__ = ["Rsched"]
