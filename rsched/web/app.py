@@ -407,8 +407,6 @@ def create_app(
         return JSONResponse([r.to_json() for r in rows])
 
     def _events(limit: int) -> list[Any]:
-        if not con.has_events:
-            raise HttpError(501, "events are not available in this version of rsched")
         return con.events(limit)
 
     async def api_events(request: Request, who: Who) -> Response:

@@ -74,18 +74,12 @@ class Console:
             "crons": list_crons(rs),
             "locks": list_locks(rs),
             "runs": history.read(rs, limit=LATEST_RUNS, logs=False),
-            "events": self.events(LATEST_EVENTS) if self.has_events else None,
+            "events": self.events(LATEST_EVENTS),
         }
 
-    @property
-    def has_events(self) -> bool:
-        return hasattr(self.rs, "events")
-
     def events(self, limit: int) -> list[Any]:
-        """The newest events (``Rsched.events``, the operator-surface's event
-        stream), as ``--json`` objects; callers check :attr:`has_events`."""
-        rows = self.rs.events(limit=limit)  # type: ignore[attr-defined]
-        return [r.to_json() if hasattr(r, "to_json") else r for r in rows]
+        """The newest events (``Rsched.events``), as ``rsched events --json`` has them."""
+        return self.rs.events(limit=limit)
 
     def doctor(self) -> list[Any]:
         from rsched.tools.doctor import run_checks

@@ -125,10 +125,21 @@ def test_pages_api_and_headers(cli: Cli, rs: Rsched) -> None:
             assert r.status_code == 400 and r.json()["error"].startswith(field), (params, r.text)
         assert c.get("/crons/nope").status_code == 404
         assert c.get("/task", params={"type": "mail", "id": "zz"}).status_code == 404
-        # the features built in parallel: a clear 501 until the facade has them
-        if not hasattr(Rsched, "events"):
-            r = c.get("/api/events")
-            assert r.status_code == 501 and "events" in r.json()["error"]
+
+
+def test_events_api_and_pages_show_what_rsched_events_shows(cli: Cli, rs: Rsched) -> None:
+    cli("exec", "--lock", "web.fails", "--", "sh", "-c", "echo '<b>x</b>' >&2; exit 3", check=3)
+    want = cli.json("events")
+    assert [(e["event"], e["name"], e["exit_code"]) for e in want] == [
+        ("run.failed", "web.fails", 3)
+    ]
+    w = start_web(cli)
+    with w.client() as c:
+        assert c.get("/api/events").json() == want
+        for path in ("/", "/events"):
+            page = c.get(path).text
+            assert "run.failed" in page and "web.fails" in page, path
+            assert "<b>x</b>" not in page  # the job's stderr tail is escaped
 
 
 def test_tasks_page_with_a_cursor_and_a_link_header(cli: Cli, rs: Rsched) -> None:
