@@ -140,10 +140,9 @@ def create_app(
             read_only=config.read_only,
             redis=config.redis_shown,
             namespace=config.namespace,
-            poll_s=C.POLL_S,
             path=request.url.path,
             here=str(request.url.path) + (f"?{request.url.query}" if request.url.query else ""),
-            **ctx,
+            **{"poll_s": C.POLL_S, **ctx},
         )
         return HTMLResponse(html, status_code=status)
 
@@ -299,7 +298,9 @@ def create_app(
     async def overview(request: Request, who: Who) -> Response:
         snap = await threaded(con.snapshot)
         checks = await threaded(con.doctor)
-        return render(request, "overview.html", who, snap=snap, checks=checks)
+        return render(
+            request, "overview.html", who, snap=snap, checks=checks, poll_s=con.overview_poll_s
+        )
 
     async def queue_page(request: Request, who: Who) -> Response:
         from rsched.queue.specs import task_query

@@ -4,10 +4,13 @@ The overview is one *snapshot* (queues, crons, held locks, the latest runs)
 kept for :data:`SNAPSHOT_TTL_S` and shared by every open page, and the
 ``doctor`` verdicts kept for :data:`DOCTOR_TTL_S` (they cost tens of commands
 and change rarely), so the Redis load of the console does not grow with its
-viewers and an open overview polled every :data:`POLL_S` seconds stays under
-5 commands/s. Measured (``tests/integration/web/bench_web.py``, chromium keeping
-the overview open for 60 s, three queues and two crons): 268 commands, 4.5/s; a
-snapshot is ~60 pipelined commands, ~13 of them per queue (``queue_stats``).
+viewers. A snapshot's cost grows with what there is to show (~13 commands per
+queue, ~3 per source of events), so the overview's poll interval is measured,
+not fixed: each snapshot counts the commands it sent, and the page reloads every
+``max(POLL_S, cost / POLL_BUDGET_PER_S)`` seconds (at most :data:`POLL_MAX_S`),
+which keeps one open overview under 5 commands/s however many queues there are.
+Measured (``tests/integration/web/bench_web.py``, chromium keeping the overview
+open, three queues and two crons): see the closing figures in the README.
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SNAPSHOT_TTL_S = 2.0
 DOCTOR_TTL_S = 60.0
-#: how often console.js reloads the live part of a page (seconds)
+#: how often console.js reloads the live part of a page (seconds): the least
 POLL_S = 15
+#: the overview polls less often when a snapshot costs more: commands/s it may use
+POLL_BUDGET_PER_S = 3.5
+POLL_MAX_S = 300
 #: latest runs on the overview
 LATEST_RUNS = 15
 #: recent events on the overview
@@ -51,11 +57,42 @@ class Cache:
             self._kept.clear()
 
 
+def count_commands(client: Any) -> Callable[[], int]:
+    """Count the commands this client object sends from now on (direct calls and
+    pipelined ones; scripts count one each): a function that reads the count.
+    Only this object is touched; other clients are not."""
+    sent = [0]
+    execute_command, pipeline = client.execute_command, client.pipeline
+
+    def counted_execute(*args: Any, **kw: Any) -> Any:
+        sent[0] += 1
+        return execute_command(*args, **kw)
+
+    def counted_pipeline(*args: Any, **kw: Any) -> Any:
+        pipe = pipeline(*args, **kw)
+        run = pipe.execute
+
+        def counted_run(*a: Any, **k: Any) -> Any:
+            sent[0] += len(pipe.command_stack)
+            return run(*a, **k)
+
+        pipe.execute = counted_run
+        return pipe
+
+    client.execute_command, client.pipeline = counted_execute, counted_pipeline
+    return lambda: sent[0]
+
+
 class Console:
     def __init__(self, rs: Rsched, config_crons: dict[str, Any] | None = None):
         self.rs = rs
         self.config_crons = config_crons or {}
         self.cache = Cache()
+        self._sent = count_commands(rs.redis)
+        #: the overview's poll interval (s), from the last snapshot's cost
+        self.overview_poll_s: int = POLL_S
+        #: commands the last snapshot sent
+        self.snapshot_cost = 0
 
     # --- the overview ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -68,7 +105,8 @@ class Console:
         from rsched.tools import history
 
         rs = self.rs
-        return {
+        before = self._sent()
+        snap = {
             "now_ms": rs.now_ms(),
             "queues": tasks.queue_stats(rs),
             "crons": list_crons(rs),
@@ -76,6 +114,10 @@ class Console:
             "runs": history.read(rs, limit=LATEST_RUNS, logs=False),
             "events": self.events(LATEST_EVENTS),
         }
+        self.snapshot_cost = self._sent() - before
+        wanted = -(-self.snapshot_cost // POLL_BUDGET_PER_S)  # ceil
+        self.overview_poll_s = int(min(POLL_MAX_S, max(POLL_S, wanted)))
+        return snap
 
     def events(self, limit: int) -> list[Any]:
         """The newest events (``Rsched.events``), as ``rsched events --json`` has them."""
