@@ -13,7 +13,7 @@ _rsched_subcommands() {
 _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version -h --help' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --idle-for --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched cancel') echo '--queue --all --type --state --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched check') echo '--max-lag --dead --format --json -v --verbose -q --quiet -h --help' ;;
@@ -54,7 +54,7 @@ _rsched_options() {
 _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --idle-for --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --type --state --format' ;;
     'rsched check') echo '--max-lag --format' ;;

@@ -51,6 +51,8 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
         ("payload", render.dumps(task.payload)),
         ("last error", task.last_error or "-"),
     ]
+    if task.priority:
+        rows.insert(-2, ("priority", str(task.priority)))
     if task.state == "processing" and task.lease_ms:
         rows.append(("lease ends", show(task.lease_ms, now)))
     if task.state == "dead" and task.lease_ms:
@@ -90,6 +92,12 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     help="Attempts before the task is dead-lettered [default: the consumer's].",
 )
 @click.option(
+    "--priority",
+    metavar="N",
+    help="-1000..1000: among due tasks a higher priority is claimed first; equal "
+    "priorities in due-time order [default: 0].",
+)
+@click.option(
     "--if-exists",
     type=click.Choice(["keep", "replace", "error"]),
     default="keep",
@@ -102,6 +110,7 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     type=click.File("rb"),
     metavar="FILE",
     help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts, "
+    "priority, "
     'with the flags\' rules: {"type": "order.close", "id": "1001", "in": "30m"}.',
 )
 @click.option(
@@ -133,6 +142,7 @@ def add(
     payload: str | None,
     payload_file: IO[bytes] | None,
     max_attempts: str | None,
+    priority: str | None,
     if_exists: str,
     from_file: IO[bytes] | None,
     partitions: str | None,
@@ -194,6 +204,7 @@ def add(
         tz=tz,
         payload_json=payload_json,
         max_attempts=max_attempts,
+        priority=priority,
         fields={"payload": field},
     )
     rs = _oneshot(app)

@@ -12,7 +12,7 @@ Each turn of the main loop:
 2. heartbeats every held task of a queue in one ``heartbeat-2`` call, every
    lease/3; a task whose lease was lost has its handler's process group
    killed and its result dropped (another consumer owns it now);
-3. claims up to the free capacity in one ``claim-11`` call per queue (which
+3. claims up to the free capacity in one ``claim-13`` call per queue (which
    also registers the consumer and reaps expired leases, by the server's
    clock), of the types it has handlers for;
 4. when there is nothing to do, sleeps until the earliest of: the next due
@@ -22,9 +22,9 @@ Each turn of the main loop:
    task is added.
 
 Idle, a consumer sends two requests per idle cadence (10 s, or its shortest
-lease when that is between 5 and 10 s): one ``claim-11`` and one ``BZPOPMIN``
+lease when that is between 5 and 10 s): one ``claim-13`` and one ``BZPOPMIN``
 that timed out, 7 commands counting those the script runs (INFO
-commandstats), 0.7 a second. ``claim-11`` checks the type of every key
+commandstats), 0.7 a second. ``claim-13`` checks the type of every key
 before any write but the registration; the consumer asks for the checks on
 its first claim of each queue and after any error, so a namespace collision
 still stops it with a clear message.
@@ -218,7 +218,7 @@ class _QueueState:
         self.paused = False
         self.last_claim = -1e18  # monotonic seconds
         self.offset_ms = 0.0  # server ms - local monotonic ms
-        self.checked = False  # claim-11 checked key types since start / the last error
+        self.checked = False  # claim-13 checked key types since start / the last error
 
 
 class Stats:
@@ -308,7 +308,7 @@ class Consumer:
         self._hb_interval_s = min_lease / 3000.0
         self._idle_s = min(IDLE_CAP_MS, max(IDLE_MIN_MS, min_lease)) / 1000.0
         self._commands = self.handlers.has_commands
-        # What claim-11 gets: the types we run (registered for `rsched queues`) and as
+        # What claim-13 gets: the types we run (registered for `rsched queues`) and as
         # Lua patterns (none: every type, a `*` handler).
         self._handles_json = json.dumps(self.handlers.globs(), separators=(",", ":"))
         self._type_patterns = self.handlers.lua_patterns()

@@ -62,6 +62,24 @@ def max_attempts(value: Any, field: str = "--max-attempts") -> int:
     return n
 
 
+PRIORITY_RULE = "a whole number from -1000 to 1000"
+
+
+def priority(value: Any, field: str = "--priority") -> int:
+    """A task's priority: an int, or the flag's text (ASCII digits, an optional
+    minus), from -1000 to 1000."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadInput(field, f"{value!r} is not {PRIORITY_RULE}")
+    if isinstance(value, str):
+        text = value.strip()
+        if not _DIGITS.fullmatch(text.removeprefix("-")):
+            raise BadInput(field, f"{value!r} is not {PRIORITY_RULE}")
+        value = int(text)
+    if not -1000 <= value <= 1000:
+        raise BadInput(field, f"{value!r} is not {PRIORITY_RULE}")
+    return value
+
+
 def payload_text(text: str | bytes, field: str = "--payload") -> str:
     """Validate JSON text and return it in compact form."""
     if isinstance(text, bytes):

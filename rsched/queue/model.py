@@ -6,7 +6,7 @@ A task is identified by (queue, TYPE, ID). Its record, stored in the queue's
 trailing defaults left out (``rsched/lua/_record.lua`` reads and writes it)::
 
     [payload_json_text, attempts=0, max_attempts=0 (0 = consumer default),
-     claim_token="", last_error="", due_ms]
+     claim_token="", last_error="", due_ms, 0, priority=0]
 
 A task that was never claimed is stored as ``[payload]`` (``[payload,0,N]``
 with its own max attempts): its due time is its score in the ``sched`` set,
@@ -42,6 +42,7 @@ class Task:
     payload: Any = None
     last_error: str | None = None
     lease_ms: int | None = None  # processing: lease expiry; dead: when it died
+    priority: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class Task:
             "max_attempts": self.max_attempts,
             "payload": self.payload,
             "last_error": self.last_error,
+            "priority": self.priority,
         }
 
 
@@ -102,6 +104,7 @@ class TaskSpec:
     at_ms: int | None = None
     payload_json: str = "null"
     max_attempts: int = 0
+    priority: int = 0
 
     @property
     def member(self) -> str:
