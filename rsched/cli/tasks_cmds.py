@@ -16,6 +16,16 @@ queue_option = click.option(
 )
 
 
+def _progress_text(p: dict[str, Any] | None, now: int) -> str:
+    """``40% copying (2s ago)``; ``-`` for none."""
+    from rsched.core.timeutil import show
+
+    if not p:
+        return "-"
+    msg = f" {p['message']}" if p.get("message") else ""
+    return f"{p['fraction'] * 100:.0f}%{msg} ({show(p['at_ms'], now)})"
+
+
 def _task_columns(now: int) -> list[render.Column]:
     from rsched.core.timeutil import show
 
@@ -26,6 +36,7 @@ def _task_columns(now: int) -> list[render.Column]:
         ("STATE", lambda t: t.state),
         ("DUE", lambda t: show(t.due_ms, now)),
         ("ATTEMPTS", lambda t: f"{t.attempts}/{t.max_attempts or 'default'}"),
+        ("PROGRESS", lambda t: _progress_text(t.progress, now)[:40] if t.progress else None),
         (
             "LAST ERROR",
             lambda t: (t.last_error or "").splitlines()[0][:60] if t.last_error else None,
@@ -53,6 +64,8 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     ]
     if task.priority:
         rows.insert(-2, ("priority", str(task.priority)))
+    if task.progress:
+        rows.append(("progress", _progress_text(task.progress, now)))
     if task.state == "processing" and task.lease_ms:
         rows.append(("lease ends", show(task.lease_ms, now)))
     if task.state == "dead" and task.lease_ms:

@@ -38,6 +38,7 @@ and the whole consumer configuration, validated before any Redis I/O, are
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import queue as queue_mod
@@ -63,6 +64,7 @@ from rsched.consumer.options import ConsumerOptions, QueueOptions, consumer_opti
 from rsched.core import clients
 from rsched.core.conn import is_cluster
 from rsched.core.errors import map_error
+from rsched.core.timeutil import iso
 from rsched.core.transient import TRANSIENT
 from rsched.lua import calls
 from rsched.queue import queues as _partitions
@@ -164,6 +166,7 @@ class _Held:
         "error",
         "duration_ms",
         "outcome",
+        "progress",
     )
 
     def __init__(
@@ -182,6 +185,7 @@ class _Held:
         self.duration_ms = 0
         #: a command's Outcome (its run log), None for a Python handler
         self.outcome: run_handlers.Outcome | None = None
+        self.progress: run_handlers.ProgressWriter | None = None
 
     def kill(self, reason: str) -> None:
         self.cancelled = reason
@@ -194,6 +198,16 @@ class _Held:
         self.cancelled = self.cancelled or "cancelled"
         self.task.cancel_event.set()
         return self.run is not None and self.run.terminate("cancelled")
+
+
+def _progress_field(h: _Held) -> dict[str, Any]:
+    """The run's last progress report for its history record ({} when none)."""
+    last = h.progress.last if h.progress is not None else None
+    if last is None:
+        return {}
+    return {
+        "progress": {"fraction": last[0], "message": last[1], "at": iso(last[2]), "at_ms": last[2]}
+    }
 
 
 class _QueueState:
@@ -591,6 +605,8 @@ class Consumer:
                         self._execute(h)
                     except BaseException as exc:  # noqa: BLE001 - a worker never dies
                         h.result, h.error = "failed", f"rsched could not run the handler: {exc!r}"
+                    if h.progress is not None:
+                        h.progress.close()  # the last report written before the ack
                 self._results.append(h)
                 if self._commands:
                     self._notifier.notify()
@@ -621,6 +637,7 @@ class Consumer:
             opts.timeout_ms,
             log_bytes=run_handlers.log_max_bytes(self.rs),
             on_output=live,
+            on_progress=h.progress,
         )
         run = h.run = run_handlers.HandlerRun(cmd)
         run.start()
@@ -785,6 +802,9 @@ class Consumer:
                 last_error or None,
             )
             h = _Held(task, self.handlers.get(t), mid, server_now)
+            task.reporter = h.progress = run_handlers.ProgressWriter(
+                functools.partial(calls.progress, self.rs, qs.keys, m, task.token)
+            )
             self._held[(qs.name, task.token)] = h
             if debug:
                 self._log(
@@ -888,6 +908,7 @@ class Consumer:
                 "attempt": t.attempt,
                 "token": t.token,
                 "error": error,
+                **_progress_field(h),
             }
         )
 

@@ -573,6 +573,15 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
     return int(ctx.scripts("release-4", [q.sched, q.proc, q.tasks, q.wake], args))
 
 
+def progress(
+    ctx: Ctx, q: QueueKeys, member: str, token: str, fraction: float, message: str
+) -> bool:
+    """``progress-2``: keep a running task's progress (``fraction`` 0..1, ``message``)
+    in its record; False when ``token`` no longer holds the task."""
+    res = ctx.scripts("progress-2", [q.proc, q.tasks], [member, token, repr(fraction), message])
+    return bool(int(res))
+
+
 # === end of consumer ==========================================================
 
 

@@ -314,6 +314,7 @@ if count > 0 then
       r[P_ATTEMPTS] = r[P_ATTEMPTS] + 1
       local tok = string.format('%d', first + i)
       r[P_TOKEN] = tok
+      r[P_PROG] = false
       -- due: kept from an earlier claim (a reaped task keeps its first due), else the score
       if not r[P_DUE] then r[P_DUE] = lane_due(tonumber(due[2 * i])) end
       hset[#hset + 1] = m

@@ -6,7 +6,10 @@ A task is identified by (queue, TYPE, ID). Its record, stored in the queue's
 trailing defaults left out (``rsched/lua/_record.lua`` reads and writes it)::
 
     [payload_json_text, attempts=0, max_attempts=0 (0 = consumer default),
-     claim_token="", last_error="", due_ms, 0, priority=0]
+     claim_token="", last_error="", due_ms, 0, priority=0, progress=null]
+
+``progress`` is ``[fraction, message, at_ms]``: the running (or last failed)
+attempt's last report (``task.progress()``, ``RSCHED_PROGRESS_FD``).
 
 A task that was never claimed is stored as ``[payload]`` (``[payload,0,N]``
 with its own max attempts): its due time is its score in the ``sched`` set,
@@ -43,6 +46,8 @@ class Task:
     last_error: str | None = None
     lease_ms: int | None = None  # processing: lease expiry; dead: when it died
     priority: int = 0
+    #: the last progress report: {"fraction", "message", "at", "at_ms"}, or None
+    progress: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +62,7 @@ class Task:
             "payload": self.payload,
             "last_error": self.last_error,
             "priority": self.priority,
+            "progress": self.progress,
         }
 
 

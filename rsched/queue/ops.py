@@ -13,6 +13,7 @@ from rsched.core import keys as K
 from rsched.core import validate
 from rsched.core.conn import time_reply_ms
 from rsched.core.errors import BadInput, Conflict, NotFound, RedisFull, WrongKeyType, map_error
+from rsched.core.timeutil import iso
 from rsched.lua import calls
 from rsched.queue import queues as P
 from rsched.queue.model import (
@@ -213,7 +214,15 @@ def cancel_ref(rs: Context, ref: TaskRef) -> str:
 
 
 #: A record's positions when left out (see the module docstring).
-_REC_DEFAULTS = ["null", 0, 0, "", "", None, 0, 0]
+_REC_DEFAULTS = ["null", 0, 0, "", "", None, 0, 0, None]
+
+
+def _progress(value: Any) -> dict[str, Any] | None:
+    """A record's progress entry [fraction, message, at_ms] -> its JSON form."""
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    at = int(value[2])
+    return {"fraction": value[0], "message": value[1], "at": iso(at), "at_ms": at}
 
 
 def _decode(
@@ -245,6 +254,7 @@ def _decode(
         last_error=r[4] or None,
         lease_ms=int(score) if score is not None and state in ("processing", "dead") else None,
         priority=int(r[7] or 0),
+        progress=_progress(r[8]),
     )
 
 

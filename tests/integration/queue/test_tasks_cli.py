@@ -68,6 +68,7 @@ def test_add_in_30m_is_due_30_minutes_after_the_server_clock(cli: Cli, server: R
         "payload",
         "last_error",
         "priority",
+        "progress",
     }
 
 
