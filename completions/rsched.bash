@@ -38,7 +38,7 @@ _rsched_options() {
     'rsched resume') echo '--queue --create --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --timeout --grace --partitions --burst --metrics-port --log-format -v --verbose -q --quiet -h --help' ;;
     'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format -h --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -h --help' ;;
     'rsched server') echo '--dir --port --daemon --password-file --flavour --format --json -v --verbose -q --quiet -h --help' ;;
@@ -78,7 +78,7 @@ _rsched_value_options() {
     'rsched requeue-stale') echo '--queue --format' ;;
     'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --timeout --grace --partitions --metrics-port --log-format' ;;
     'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched server') echo '--dir --port --password-file --flavour --format' ;;

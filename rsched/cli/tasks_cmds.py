@@ -464,6 +464,8 @@ def queues(app: App) -> None:
     NO HANDLER: due tasks that no live consumer can run (no handler for their
     type; with no live consumer, every due task), with the age of the oldest
     and the types. With --json: unrunnable, unrunnable_lag_ms, unrunnable_types.
+    RATE: the rate limit its consumers enforce (rate_limit), "(throttled)" while
+    no permit is left in its window; --json: rate_limit, throttled.
     """
     from rsched.core.timeutil import human_duration, show
     from rsched.queue import ops as tasks
@@ -482,6 +484,10 @@ def queues(app: App) -> None:
         ("NEXT DUE", lambda s: show(s.next_due_ms, now)),
         ("CONSUMERS", lambda s: s.consumers),
         ("NO HANDLER", _unrunnable),
+        (
+            "RATE",
+            lambda s: s.rate_limit and s.rate_limit + (" (throttled)" if s.throttled else ""),
+        ),
     ]
     render.table(rows, cols, app.fmt, to_json=lambda s: s.to_json(), empty="no queues yet")
 

@@ -24,7 +24,7 @@ handler), never by what is stored in Redis:
 
 ``*`` catches every type without its own handler, and a key with ``*``
 inside (``report.*``) matches like a shell glob. A consumer claims only the
-types it can run: ``claim-13`` gets its handlers as anchored Lua patterns
+types it can run: ``claim-15`` gets its handlers as anchored Lua patterns
 and leaves every other due task due, *parked* in its type's lane of the
 sched set (see rsched/core/keys.py), where a consumer that runs that type (or a
 ``*`` one) takes it with one range read and the others never read it again.
@@ -268,7 +268,7 @@ class HandlerTable:
         return [*self.exact, *(p for p, _ in self.patterns)]
 
     def lua_patterns(self) -> list[str]:
-        """The types this table runs, as anchored Lua patterns for ``claim-13``; empty
+        """The types this table runs, as anchored Lua patterns for ``claim-15``; empty
         with a fallback (every type)."""
         if self.fallback is not None:
             return []

@@ -19,6 +19,8 @@ Lua script touching them works on Redis Cluster:
                                      at them next (their due time; _prio.lua)
     {ns}:{q:QUEUE}:ready       ZSET  due tasks of a priority other than 0, out of sched ->
                                      (1000 - priority) * 2**42 + due (claimed highest first)
+    {ns}:{q:QUEUE}:rate        ZSET  claim token -> when claimed: the rate limit's window
+    {ns}:{q:QUEUE}:ratelimit   STRING "N WINDOW_MS TEXT": `rate_limit`, set by consumers
     {ns}:{q:QUEUE}:cancel      Pub/Sub channel: claim tokens of running tasks cancelled
     {ns}:{q:QUEUE}:logs        HASH  claim token -> run log (JSON: stdout, stderr, truncated)
     {ns}:{q:QUEUE}:logidx      ZSET  claim token -> when its log was written: trims `logs`
@@ -194,6 +196,16 @@ class QueueKeys:
         """ZSET due tasks of a priority other than 0, out of ``sched`` -> their band
         score ``(1000 - priority) * 2**42 + due`` (``rsched/lua/_prio.lua``)."""
         return self._k("ready")
+
+    @property
+    def rate(self) -> str:
+        """ZSET claim token -> when claimed: the rate limit's window (claim-15)."""
+        return self._k("rate")
+
+    @property
+    def ratelimit(self) -> str:
+        """STRING the rate limit the consumers enforce, ``N WINDOW_MS TEXT`` (expires)."""
+        return self._k("ratelimit")
 
     @property
     def cancel_channel(self) -> str:

@@ -416,12 +416,12 @@ def cancel_batch(
 # === end of queue =============================================================
 
 
-# === consumer: claim-13, ack-4, fail-7, heartbeat-2, release-4 ================
+# === consumer: claim-15, ack-4, fail-7, heartbeat-2, release-4 ================
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimReply:
-    """What ``claim-13`` answers: the server's clock, the queue's next due time and
+    """What ``claim-15`` answers: the server's clock, the queue's next due time and
     next lease expiry (-1: none), whether it is paused, the leases reaped, and the
     claimed tasks (7 fields each: member, payload, attempt, max_attempts, token,
     due, last_error)."""
@@ -433,6 +433,8 @@ class ClaimReply:
     reaped_due: int
     reaped_dead: int
     claimed: list[Any]
+    #: the rate limit holds back what is due until next_due_ms (its next permit)
+    throttled: bool = False
 
     def tasks(self) -> Iterator[Sequence[Any]]:
         """The claimed tasks, 7 fields each."""
@@ -460,8 +462,9 @@ def claim(
     handles_json: str | None = None,
     park_limit: int | None = None,
     type_patterns: Sequence[str] = (),
+    rate: str | None = None,
 ) -> ClaimReply:
-    """``claim-13``: register ``consumer``, reap expired leases, claim up to
+    """``claim-15``: register ``consumer``, reap expired leases, claim up to
     ``max_tasks`` due tasks of the types ``type_patterns`` (anchored Lua patterns;
     none: every type), parking at most ``park_limit`` due tasks of other types."""
     args: list[Any] = [
@@ -475,8 +478,9 @@ def claim(
         default_max_attempts,
         1 if check else 0,
     ]
-    if handles_json is not None or park_limit is not None or type_patterns:
-        args += [handles_json or "", park_limit if park_limit is not None else 0, *type_patterns]
+    if handles_json is not None or park_limit is not None or type_patterns or rate:
+        park = park_limit if park_limit is not None else 0
+        args += [handles_json or "", park, rate or "", *type_patterns]
     keys = [
         q.sched,
         q.proc,
@@ -491,16 +495,19 @@ def claim(
         q.handles,
         q.prio,
         q.ready,
+        q.rate,
+        q.ratelimit,
     ]
-    out = ctx.scripts("claim-13", keys, args)
+    out = ctx.scripts("claim-15", keys, args)
     return ClaimReply(
         int(out[0]),
         int(out[1]),
         int(out[2]),
-        bool(int(out[3])),
+        int(out[3]) == 1,
         int(out[4]),
         int(out[5]),
         out[6:],
+        int(out[3]) == 2,
     )
 
 

@@ -136,6 +136,10 @@ class QueueStats:
     unrunnable: int = 0
     unrunnable_lag_ms: int = 0
     unrunnable_types: list[str] = field(default_factory=list)
+    #: the rate limit the consumers enforce (``rate_limit``, as configured), and
+    #: whether it holds claims back now (no permit left in the window)
+    rate_limit: str | None = None
+    throttled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -153,4 +157,6 @@ class QueueStats:
             "unrunnable": self.unrunnable,
             "unrunnable_lag_ms": self.unrunnable_lag_ms,
             "unrunnable_types": self.unrunnable_types,
+            "rate_limit": self.rate_limit,
+            "throttled": self.throttled,
         }

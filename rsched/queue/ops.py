@@ -476,8 +476,9 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
             cmd("HGETALL", q.lanes)
             cmd("HGETALL", q.handles)
             cmd("ZCARD", q.ready)
+            cmd("GET", q.ratelimit)
     res = _exec(pipe) if names else []
-    for j in range(0, len(res), 12):
+    for j in range(0, len(res), 13):
         res[j + 5], res[j + 6] = _scored(res[j + 5]), _scored(res[j + 6])
         res[j + 9], res[j + 10] = _hash(res[j + 9]), _hash(res[j + 10])
     # Round two: every parked type's count and oldest task.
@@ -486,7 +487,7 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
     flat = [part for name in names for part in stored[name]]
     for j, part in enumerate(flat):
         sched_key = rs.keys.queue(part).sched
-        lanes = [(t, int(v)) for t, v in res[12 * j + 9].items() if t != "#"]
+        lanes = [(t, int(v)) for t, v in res[13 * j + 9].items() if t != "#"]
         lanes_of.append(lanes)
         for _, lane in lanes:
             lo, hi = K.lane_bounds(lane)
@@ -498,14 +499,22 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
     out = []
     i = 0
     k = 0
+    part_names = flat
     for name in names:
         total = due = proc = stale = dead = lag = consumers = 0
         nxt_ms: int | None = None
         paused = False
         unrunnable = unrunnable_lag = 0
         unrunnable_types: set[str] = set()
+        rate_text, throttled = None, False
         for _ in stored[name]:
-            t, d, pr, st, de, first, nxt, live, pa, _lanes, handles, rd = res[12 * i : 12 * i + 12]
+            t, d, pr, st, de, first, nxt, live, pa, _lanes, handles, rd, rl = res[
+                13 * i : 13 * i + 13
+            ]
+            if rl:
+                n_w_text = rl.split(" ", 2)
+                rate_text = n_w_text[2]
+                throttled = throttled or _throttled(rs, part_names[i], n_w_text, now)
             t, d = t + rd, d + rd  # due tasks of a priority other than 0 (out of sched)
             lanes = lanes_of[i]
             i += 1
@@ -557,9 +566,18 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
                 unrunnable=unrunnable,
                 unrunnable_lag_ms=unrunnable_lag,
                 unrunnable_types=sorted(unrunnable_types),
+                rate_limit=rate_text,
+                throttled=throttled,
             )
         )
     return out
+
+
+def _throttled(rs: Context, stored: str, n_w_text: list[str], now: int) -> bool:
+    """Whether the window of a stored queue's rate limit ("N WINDOW_MS TEXT") is full."""
+    n, w = int(n_w_text[0]), int(n_w_text[1])
+    used = rs.redis.execute_command("ZCOUNT", rs.keys.queue(stored).rate, f"({now - w}", "+inf")
+    return int(used) >= n
 
 
 def requeue_stale(

@@ -25,7 +25,7 @@ def server_ms(server: RedisServer) -> int:
 def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_000) -> list[object]:
     q = rs.keys.queue(queue)
     out = rs.scripts(
-        "claim-13",
+        "claim-15",
         [
             q.sched,
             q.proc,
@@ -40,6 +40,8 @@ def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_00
             q.handles,
             q.prio,
             q.ready,
+            q.rate,
+            q.ratelimit,
         ],
         [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5],
     )

@@ -1,4 +1,4 @@
--- claim-13: claim up to N due tasks for one consumer, by the server's clock, of
+-- claim-15: claim up to N due tasks for one consumer, by the server's clock, of
 -- the types it can run. Also registers the consumer (and the types it runs) and
 -- reaps expired leases (bounded), so a running consumer is its own sweeper; the
 -- script is atomic, so two consumers can never reap or claim the same entry.
@@ -16,6 +16,8 @@
 -- KEYS[11] handles   HASH consumer id -> JSON array of the type globs it runs
 -- KEYS[12] prio      ZSET tasks of a priority other than 0 -> when to look at them (_prio.lua)
 -- KEYS[13] ready     ZSET due tasks of a priority other than 0 -> band score (_prio.lua)
+-- KEYS[14] rate      ZSET claim token -> when claimed (ms): the rate limit's sliding window
+-- KEYS[15] ratelimit STRING the queue's rate limit "N WINDOW_MS TEXT" (expires; see ARGV[12])
 -- ARGV[1] max        integer, tasks to claim at most (0 = only register/reap)
 -- ARGV[2] lease      integer ms
 -- ARGV[3] consumer   consumer id string
@@ -29,9 +31,14 @@
 -- ARGV[10] handles   optional: the JSON array stored in KEYS[11] when the consumer
 --                    (re)registers or checks; "" or absent: store nothing
 -- ARGV[11] park      optional integer: due tasks of other types parked at most per call
--- ARGV[12..] types   optional: Lua patterns (anchored) of the types this consumer runs;
+-- ARGV[12] rate      optional: "N WINDOW_MS TEXT" (`rate_limit = "N/DUR"`), written to
+--                    KEYS[15] by a call that finds due tasks (expiring after 2 registration
+--                    ttls or 2 windows, the longer); "" or absent: none given (a stored
+--                    one still applies)
+-- ARGV[13..] types   optional: Lua patterns (anchored) of the types this consumer runs;
 --                    none = every type (a `*` handler: parked tasks included)
--- Returns {now, next_due|-1, next_lease_expiry|-1, paused 0|1, reaped_requeued, reaped_dead,
+-- Returns {now, next_due|-1, next_lease_expiry|-1, paused 0|1 (2: throttled by the rate
+--          limit, next_due its next permit), reaped_requeued, reaped_dead,
 --          then 7 entries per claimed task: member, payload, attempt, max_attempts, token, due, last_error}
 -- next_due is the earliest due time of a task this consumer may take (its lanes' count
 -- as now; a due task of another type that could not be parked does not count).
@@ -65,12 +72,12 @@
 
 local TYPES = {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'string', KEYS[8], 'zset', KEYS[9], 'stream', KEYS[10], 'hash', KEYS[11], 'hash',
-  KEYS[12], 'zset', KEYS[13], 'zset'}
+  KEYS[12], 'zset', KEYS[13], 'zset', KEYS[14], 'zset', KEYS[15], 'string'}
 local maxc = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local park_limit = tonumber(ARGV[11] or '0') or 0
 local pats = {}
-for i = 12, #ARGV do pats[#pats + 1] = ARGV[i] end
+for i = 13, #ARGV do pats[#pats + 1] = ARGV[i] end
 local filtered = #pats > 0
 local now = now_ms()
 
@@ -136,6 +143,34 @@ if filtered and f[2] ~= nil and tonumber(f[2]) < 0 then
 end
 local reap_now = l[2] ~= nil and tonumber(l[2]) <= now
 local due_now = (f[2] ~= nil and tonumber(f[2]) <= now) or mine_due or has_ready
+
+-- The rate limit: at most N claims in any WINDOW ms (the claims of the last WINDOW ms
+-- are in KEYS[14]). With no permit left the call is an idle one (nothing due for it)
+-- and answers the next permit, when the oldest claim leaves the window, as next due.
+local rate_n, rate_w, next_permit = nil, nil, nil
+if (due_now or reap_now) and paused == 0 and maxc > 0 then
+  local rl = ARGV[12]
+  if not rl or rl == '' then rl = redis.pcall('GET', KEYS[15]) end
+  if type(rl) == 'string' then
+    local a, b = string.match(rl, '^(%d+) (%d+)')
+    rate_n, rate_w = tonumber(a), tonumber(b)
+  end
+  if rate_n and ARGV[12] and ARGV[12] ~= '' then -- a string key (SET replaces any type)
+    redis.call('SET', KEYS[15], ARGV[12], 'PX', math.max(2 * tonumber(ARGV[4]), 2 * rate_w))
+  end
+  if rate_n then
+    local since = '(' .. string.format('%d', now - rate_w)
+    local left = rate_n - redis.call('ZCOUNT', KEYS[14], since, '+inf')
+    if left <= 0 then
+      maxc = 0
+      due_now = false
+      local oldest = redis.call('ZRANGEBYSCORE', KEYS[14], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if oldest[2] then next_permit = tonumber(oldest[2]) + rate_w end
+    elseif left < maxc then
+      maxc = left
+    end
+  end
+end
 
 -- (a paused queue with due tasks writes nothing for them: no claim, no wake-up)
 local checked = ARGV[9] ~= '0' or reap_now or (due_now and paused == 0)
@@ -229,6 +264,9 @@ local due = {}
 local parked, park_full = 0, false
 local ready_left = false
 local working = paused == 0 and maxc > 0 and (due_now or rq > 0)
+if working and rate_n then
+  redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', now - rate_w)
+end
 if working then
   local ph = redis.call('ZRANGE', KEYS[12], 0, 0, 'WITHSCORES')
   if ph[2] and tonumber(ph[2]) <= now then promote() end
@@ -341,6 +379,19 @@ if count > 0 then
     bulk('ZADD', KEYS[2], zadd)
   end
   if #relook > 0 then bulk('ZADD', KEYS[12], relook) end
+  if rate_n then
+    local log = {}
+    for j = 7, #out, 7 do
+      log[#log + 1] = now
+      log[#log + 1] = out[j + 4]
+    end
+    if #log > 0 then bulk('ZADD', KEYS[14], log) end
+    redis.call('PEXPIRE', KEYS[14], rate_w)
+  end
+end
+if rate_n and not next_permit and redis.call('ZCARD', KEYS[14]) >= rate_n then
+  local oldest = redis.call('ZRANGE', KEYS[14], 0, 0, 'WITHSCORES')
+  if oldest[2] then next_permit = tonumber(oldest[2]) + rate_w end
 end
 
 -- The earliest due and lease: read again only when this call changed them.
@@ -374,6 +425,11 @@ else
   end
 end
 if ready_left or (has_ready and not filtered and redis.call('EXISTS', KEYS[13]) == 1) then out[2] = now end
+-- Throttled: what is due waits for the next permit (no wake-up, no busy claims).
+if next_permit and out[2] ~= -1 and out[2] < next_permit then
+  out[2] = next_permit
+  out[4] = 2
+end
 if claimed or reap_now then l = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES') end
 if l[2] then out[3] = tonumber(l[2]) end
 -- More is due than this consumer took, or it parked tasks another consumer may run:
