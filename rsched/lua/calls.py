@@ -72,7 +72,7 @@ def script_and_wait(
     return res, int(acked)
 
 
-# === queue: add-7, cancel-6, purge-2, retry-4, requeue-stale-6, cancel-batch-6
+# === queue: add-7, cancel-6, purge-2, retry-5, requeue-stale-6, cancel-batch-6
 # ==============================================================================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
@@ -384,8 +384,9 @@ def purge(c: Ctx, q: QueueKeys, older_ms: int | None, limit: int) -> tuple[int, 
 
 
 def retry(c: Ctx, q: QueueKeys, members: Sequence[str]) -> int:
-    """``retry-4``: how many of ``members`` were dead and are due now."""
-    return int(c.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], list(members)))
+    """``retry-5``: how many of ``members`` were dead and are due now."""
+    keys = [q.dead, q.sched, q.tasks, q.wake, q.prio]
+    return int(c.scripts("retry-5", keys, list(members)))
 
 
 def requeue_stale(

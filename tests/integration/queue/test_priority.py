@@ -142,3 +142,16 @@ def test_add_from_lines_take_priority_and_bad_values_are_refused(
         res = cli("add", "--from", "-", input=bad_line, check=2)
         assert "line 1: priority" in res.stderr and res.stderr.count("\n") == 1, res.stderr
     assert sorted(server.client().scan_iter(f"{namespace}:*")) == before
+
+
+def test_a_dead_task_retried_keeps_its_priority(rs: Rsched, cli: Cli) -> None:
+    rs.add("p.d", "hi", priority=4, max_attempts=1)
+
+    def fail(task: object) -> None:
+        raise RuntimeError("no")
+
+    rs.consumer(handlers={"p.d": fail}, burst=True, quiet=True).run()
+    assert rs.show("p.d", "hi").state == "dead"
+    rs.add("p.d", "z0", at=1)  # due long before the retry
+    cli("retry", "p.d", "hi", check=0)
+    assert take(rs, 1) == ["p.d hi"]
