@@ -13,7 +13,7 @@ _rsched_subcommands() {
 _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version -h --help' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --idle-for --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched cancel') echo '--queue --all --type --state --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched check') echo '--max-lag --dead --format --json -v --verbose -q --quiet -h --help' ;;
@@ -39,7 +39,7 @@ _rsched_options() {
     'rsched resume') echo '--queue --create --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --burst --metrics-port --log-format --alert-command --alert-url -v --verbose -q --quiet -h --help' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --timeout --grace --partitions --burst --metrics-port --log-format --alert-command --alert-url -v --verbose -q --quiet -h --help' ;;
     'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url -h --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -h --help' ;;
     'rsched run worker') echo '--concurrency --metrics-port --log-format --alert-command --alert-url -v --verbose -q --quiet -h --help' ;;
@@ -58,7 +58,7 @@ _rsched_options() {
 _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --idle-for --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --type --state --format' ;;
     'rsched check') echo '--max-lag --format' ;;
@@ -83,7 +83,7 @@ _rsched_value_options() {
     'rsched requeue-stale') echo '--queue --format' ;;
     'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --timeout --grace --partitions --metrics-port --log-format --alert-command --alert-url' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --timeout --grace --partitions --metrics-port --log-format --alert-command --alert-url' ;;
     'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched run worker') echo '--concurrency --metrics-port --log-format --alert-command --alert-url' ;;

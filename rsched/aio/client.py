@@ -12,11 +12,11 @@ as the synchronous :class:`rsched.Rsched` (``AddResult``, ``Task``,
 **Adds are pipelined under the hood.** ``add`` validates, queues the task and
 awaits its result; one flusher task per client sends every task queued
 meanwhile in one round trip (grouped per stored queue, up to
-:data:`BATCH` tasks per ``add-5`` call, the queues' registration in the same
+:data:`BATCH` tasks per ``add-7`` call, the queues' registration in the same
 pipeline), so a thousand concurrent ``await rs.add()`` cost a handful of
 round trips, not a thousand. A task alone waits for nothing: the flusher is
 scheduled with ``call_soon`` and runs as soon as the caller yields. Each
-add-5 call is one Lua script: atomic per call, as for ``add_many``; a refused
+add-7 call is one Lua script: atomic per call, as for ``add_many``; a refused
 call fails only its own tasks' awaits.
 
 On ``redis.asyncio``: ``add``, ``cancel``, ``show`` (the Lua core through
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rsched.core.config import Settings
     from rsched.queue.model import AddResult, QueueStats, Task, TaskSpec
 
-#: Tasks per ``add-5`` call of a flush.
+#: Tasks per ``add-7`` call of a flush.
 BATCH = 500
 
 
@@ -74,7 +74,7 @@ class Rsched:
         self._pending: list[tuple[TaskSpec, str, asyncio.Future[AddResult]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._counts: dict[str, int] = {}  # queue -> partitions (> 1 only: kept)
-        self._checked: set[str] = set()  # stored queues whose key types add-5 checked
+        self._checked: set[str] = set()  # stored queues whose key types add-7 checked
         self._sync: Context | None = None
         import os
 

@@ -90,6 +90,12 @@ def build_handlers(
 )
 @click.option("--backoff-max", metavar="DUR", help="Retry delay cap [config; default 10m].")
 @click.option(
+    "--rate-limit",
+    metavar="N/DUR",
+    help="At most N claims in any window of DUR across every consumer of the queue, by "
+    "the server's clock, like 100/1s [config rate_limit; default none].",
+)
+@click.option(
     "--timeout",
     metavar="DUR",
     help="Stop a handler after DUR, recorded timeout: a command's process group is killed, "
@@ -121,6 +127,7 @@ def consumer(
     max_attempts: str | None,
     backoff: str | None,
     backoff_max: str | None,
+    rate_limit: str | None,
     timeout: str | None,
     grace: str | None,
     partitions: str | None,
@@ -156,6 +163,7 @@ def consumer(
         backoff_max_ms=backoff_max,
         timeout_ms=timeout,
         grace_ms=grace,
+        rate_limit=rate_limit,
     )
     check_metrics_port(metrics_port)
     sinks = alert_sinks(app, [f"q:{q}" for q in (queues or ("default",))])

@@ -713,6 +713,11 @@ _HANDLER_ENV = [
     ("RSCHED_ATTEMPT", "1 on the first run."),
     ("RSCHED_DUE_AT", "When the task was due (ISO 8601 UTC with milliseconds)."),
     ("RSCHED_CLAIM_TOKEN", "The claim token of this attempt (for idempotency)."),
+    (
+        "RSCHED_PROGRESS_FD",
+        "A file descriptor: lines `FRACTION MESSAGE` written to it (0 <= FRACTION <= 1) "
+        "report progress, shown by show and list and kept in history.",
+    ),
 ]
 
 _JOB_ENV = [

@@ -263,7 +263,8 @@ def metrics(app: App, output: str | None) -> None:
     Text exposition format for node_exporter's textfile collector (or any
     scraper): rsched_queue_tasks{queue,state}, rsched_queue_lag_seconds,
     rsched_queue_consumers, rsched_queue_unrunnable_tasks (due tasks no live
-    consumer has a handler for), rsched_task_runs_total{queue,type,result},
+    consumer has a handler for), rsched_queue_throttled (1 while the rate limit
+    holds claims back), rsched_task_runs_total{queue,type,result},
     rsched_task_dead_total, rsched_cron_runs_total{cron,result},
     rsched_cron_lateness_seconds, rsched_lock_held and more. Needs
     prometheus_client (pip install 'rsched[metrics]'). With --json: an array

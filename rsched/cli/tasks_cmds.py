@@ -16,6 +16,16 @@ queue_option = click.option(
 )
 
 
+def _progress_text(p: dict[str, Any] | None, now: int) -> str:
+    """``40% copying (2s ago)``; ``-`` for none."""
+    from rsched.core.timeutil import show
+
+    if not p:
+        return "-"
+    msg = f" {p['message']}" if p.get("message") else ""
+    return f"{p['fraction'] * 100:.0f}%{msg} ({show(p['at_ms'], now)})"
+
+
 def _task_columns(now: int) -> list[render.Column]:
     from rsched.core.timeutil import show
 
@@ -26,6 +36,7 @@ def _task_columns(now: int) -> list[render.Column]:
         ("STATE", lambda t: t.state),
         ("DUE", lambda t: show(t.due_ms, now)),
         ("ATTEMPTS", lambda t: f"{t.attempts}/{t.max_attempts or 'default'}"),
+        ("PROGRESS", lambda t: _progress_text(t.progress, now)[:40] if t.progress else None),
         (
             "LAST ERROR",
             lambda t: (t.last_error or "").splitlines()[0][:60] if t.last_error else None,
@@ -51,6 +62,10 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
         ("payload", render.dumps(task.payload)),
         ("last error", task.last_error or "-"),
     ]
+    if task.priority:
+        rows.insert(-2, ("priority", str(task.priority)))
+    if task.progress:
+        rows.append(("progress", _progress_text(task.progress, now)))
     if task.state == "processing" and task.lease_ms:
         rows.append(("lease ends", show(task.lease_ms, now)))
     if task.state == "dead" and task.lease_ms:
@@ -90,6 +105,12 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     help="Attempts before the task is dead-lettered [default: the consumer's].",
 )
 @click.option(
+    "--priority",
+    metavar="N",
+    help="-1000..1000: among due tasks a higher priority is claimed first; equal "
+    "priorities in due-time order [default: 0].",
+)
+@click.option(
     "--if-exists",
     type=click.Choice(["keep", "replace", "error"]),
     default="keep",
@@ -102,6 +123,7 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     type=click.File("rb"),
     metavar="FILE",
     help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts, "
+    "priority, "
     'with the flags\' rules: {"type": "order.close", "id": "1001", "in": "30m"}.',
 )
 @click.option(
@@ -133,6 +155,7 @@ def add(
     payload: str | None,
     payload_file: IO[bytes] | None,
     max_attempts: str | None,
+    priority: str | None,
     if_exists: str,
     from_file: IO[bytes] | None,
     partitions: str | None,
@@ -194,6 +217,7 @@ def add(
         tz=tz,
         payload_json=payload_json,
         max_attempts=max_attempts,
+        priority=priority,
         fields={"payload": field},
     )
     rs = _oneshot(app)
@@ -439,6 +463,8 @@ def queues(app: App) -> None:
     NO HANDLER: due tasks that no live consumer can run (no handler for their
     type; with no live consumer, every due task), with the age of the oldest
     and the types. With --json: unrunnable, unrunnable_lag_ms, unrunnable_types.
+    RATE: the rate limit its consumers enforce (rate_limit), "(throttled)" while
+    no permit is left in its window; --json: rate_limit, throttled.
     """
     from rsched.core.timeutil import human_duration, show
     from rsched.queue import ops as tasks
@@ -457,6 +483,10 @@ def queues(app: App) -> None:
         ("NEXT DUE", lambda s: show(s.next_due_ms, now)),
         ("CONSUMERS", lambda s: s.consumers),
         ("NO HANDLER", _unrunnable),
+        (
+            "RATE",
+            lambda s: s.rate_limit and s.rate_limit + (" (throttled)" if s.throttled else ""),
+        ),
     ]
     render.table(rows, cols, app.fmt, to_json=lambda s: s.to_json(), empty="no queues yet")
 

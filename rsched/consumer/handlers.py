@@ -26,7 +26,7 @@ handler), never by what is stored in Redis:
 
 ``*`` catches every type without its own handler, and a key with ``*``
 inside (``report.*``) matches like a shell glob. A consumer claims only the
-types it can run: ``claim-12`` gets its handlers as anchored Lua patterns
+types it can run: ``claim-16`` gets its handlers as anchored Lua patterns
 and leaves every other due task due, *parked* in its type's lane of the
 sched set (see rsched/core/keys.py), where a consumer that runs that type (or a
 ``*`` one) takes it with one range read and the others never read it again.
@@ -56,7 +56,7 @@ from rsched.core.errors import BadInput, ConfigError
 from rsched.core.keys import logical_queue
 from rsched.core.keys import member as make_member
 from rsched.core.timeutil import iso
-from rsched.runtime.handlers import Command
+from rsched.runtime.handlers import Command, check_progress
 from rsched.runtime.proc import DEFAULT_CAPTURE_BYTES, split_command
 
 # --------------------------------------------------------------------------- tasks
@@ -79,6 +79,16 @@ class Task:
     #: Set when the task is cancelled (``rsched cancel``) while it runs; a Python
     #: handler checks :attr:`cancelled` (or waits on this event) and stops early.
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: Told each progress report (set by the consumer: a ProgressWriter).
+    reporter: Callable[[float, str], None] | None = field(default=None, repr=False)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """Report how far the run is: ``fraction`` from 0 to 1 and a short message
+        (at most 200 characters kept), shown by ``rsched show`` / ``list`` and kept in
+        the run's history record. ValueError for a fraction outside 0..1."""
+        f, text = check_progress(fraction, message)
+        if self.reporter is not None:
+            self.reporter(f, text)
 
     @property
     def due_at(self) -> str:
@@ -269,7 +279,7 @@ class HandlerTable:
         return [*self.exact, *(p for p, _ in self.patterns)]
 
     def lua_patterns(self) -> list[str]:
-        """The types this table runs, as anchored Lua patterns for ``claim-12``; empty
+        """The types this table runs, as anchored Lua patterns for ``claim-16``; empty
         with a fallback (every type)."""
         if self.fallback is not None:
             return []
@@ -344,6 +354,7 @@ def command_for(
     *,
     log_bytes: int = DEFAULT_CAPTURE_BYTES,
     on_output: Callable[[str, bytes], None] | None = None,
+    on_progress: Callable[[float, str], None] | None = None,
 ) -> Command:
     """How a command handler runs ``task``: the ID last in argv, ``RSCHED_*`` in the
     environment, the payload JSON on stdin; its output kept (``log_bytes`` of each
@@ -363,4 +374,5 @@ def command_for(
         timeout_s=timeout_ms / 1000.0 if timeout_ms else None,
         log_bytes=log_bytes,
         on_output=on_output,
+        on_progress=on_progress,
     )

@@ -12,7 +12,7 @@ Each turn of the main loop:
 2. heartbeats every held task of a queue in one ``heartbeat-2`` call, every
    lease/3; a task whose lease was lost has its handler's process group
    killed and its result dropped (another consumer owns it now);
-3. claims up to the free capacity in one ``claim-12`` call per queue (which
+3. claims up to the free capacity in one ``claim-16`` call per queue (which
    also registers the consumer and reaps expired leases, by the server's
    clock), of the types it has handlers for;
 4. when there is nothing to do, sleeps until the earliest of: the next due
@@ -22,9 +22,9 @@ Each turn of the main loop:
    task is added.
 
 Idle, a consumer sends two requests per idle cadence (10 s, or its shortest
-lease when that is between 5 and 10 s): one ``claim-12`` and one ``BZPOPMIN``
+lease when that is between 5 and 10 s): one ``claim-16`` and one ``BZPOPMIN``
 that timed out, 7 commands counting those the script runs (INFO
-commandstats), 0.7 a second. ``claim-12`` checks the type of every key
+commandstats), 0.7 a second. ``claim-16`` checks the type of every key
 before any write but the registration; the consumer asks for the checks on
 its first claim of each queue and after any error, so a namespace collision
 still stops it with a clear message.
@@ -38,6 +38,7 @@ and the whole consumer configuration, validated before any Redis I/O, are
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import queue as queue_mod
@@ -63,6 +64,7 @@ from rsched.consumer.options import ConsumerOptions, QueueOptions, consumer_opti
 from rsched.core import clients
 from rsched.core.conn import is_cluster
 from rsched.core.errors import map_error
+from rsched.core.timeutil import iso
 from rsched.core.transient import TRANSIENT
 from rsched.lua import calls
 from rsched.queue import queues as _partitions
@@ -164,6 +166,7 @@ class _Held:
         "error",
         "duration_ms",
         "outcome",
+        "progress",
     )
 
     def __init__(
@@ -182,6 +185,7 @@ class _Held:
         self.duration_ms = 0
         #: a command's Outcome (its run log), None for a Python handler
         self.outcome: run_handlers.Outcome | None = None
+        self.progress: run_handlers.ProgressWriter | None = None
 
     def kill(self, reason: str) -> None:
         self.cancelled = reason
@@ -196,6 +200,21 @@ class _Held:
         return self.run is not None and self.run.terminate("cancelled")
 
 
+def _rate_arg(rate: tuple[int, int, str] | None) -> str | None:
+    """claim-16's rate argument: "N WINDOW_MS TEXT"."""
+    return None if rate is None else f"{rate[0]} {rate[1]} {rate[2]}"
+
+
+def _progress_field(h: _Held) -> dict[str, Any]:
+    """The run's last progress report for its history record ({} when none)."""
+    last = h.progress.last if h.progress is not None else None
+    if last is None:
+        return {}
+    return {
+        "progress": {"fraction": last[0], "message": last[1], "at": iso(last[2]), "at_ms": last[2]}
+    }
+
+
 class _QueueState:
     __slots__ = (
         "name",
@@ -204,6 +223,7 @@ class _QueueState:
         "next_due",
         "next_lease",
         "paused",
+        "throttled",
         "last_claim",
         "offset_ms",
         "checked",
@@ -216,9 +236,10 @@ class _QueueState:
         self.next_due = -1  # server ms, -1 none
         self.next_lease = -1
         self.paused = False
+        self.throttled = False  # the rate limit holds due tasks back until next_due
         self.last_claim = -1e18  # monotonic seconds
         self.offset_ms = 0.0  # server ms - local monotonic ms
-        self.checked = False  # claim-12 checked key types since start / the last error
+        self.checked = False  # claim-16 checked key types since start / the last error
 
 
 class Stats:
@@ -262,6 +283,7 @@ class Consumer:
         burst: bool = False,
         *,
         partitions: int | None = None,
+        rate_limit: Any = None,
         options: ConsumerOptions | None = None,
         log: Callable[[str], None] | None = None,
         verbose: int = 0,
@@ -282,6 +304,7 @@ class Consumer:
                 timeout_ms=timeout_ms,
                 grace_ms=grace_ms,
                 partitions=partitions,
+                rate_limit=rate_limit,
             )
         self.options = options
         self.concurrency = options.concurrency
@@ -308,7 +331,7 @@ class Consumer:
         self._hb_interval_s = min_lease / 3000.0
         self._idle_s = min(IDLE_CAP_MS, max(IDLE_MIN_MS, min_lease)) / 1000.0
         self._commands = self.handlers.has_commands
-        # What claim-12 gets: the types we run (registered for `rsched queues`) and as
+        # What claim-16 gets: the types we run (registered for `rsched queues`) and as
         # Lua patterns (none: every type, a `*` handler).
         self._handles_json = json.dumps(self.handlers.globs(), separators=(",", ":"))
         self._type_patterns = self.handlers.lua_patterns()
@@ -591,6 +614,8 @@ class Consumer:
                         self._execute(h)
                     except BaseException as exc:  # noqa: BLE001 - a worker never dies
                         h.result, h.error = "failed", f"rsched could not run the handler: {exc!r}"
+                    if h.progress is not None:
+                        h.progress.close()  # the last report written before the ack
                 self._results.append(h)
                 if self._commands:
                     self._notifier.notify()
@@ -623,6 +648,7 @@ class Consumer:
             opts.timeout_ms,
             log_bytes=run_handlers.log_max_bytes(self.rs),
             on_output=live,
+            on_progress=h.progress,
         )
         run = h.run = run_handlers.HandlerRun(cmd)
         run.start()
@@ -718,7 +744,7 @@ class Consumer:
             if free > 0 and got >= free:
                 claimed_full = True
             server_now = qs.offset_ms + time.monotonic() * 1000
-            if not qs.paused and qs.next_due != -1 and qs.next_due <= server_now:
+            if not qs.paused and qs.next_due != -1 and (qs.next_due <= server_now or qs.throttled):
                 all_idle = False
         return claimed_full, all_idle
 
@@ -739,6 +765,7 @@ class Consumer:
             handles_json=self._handles_json,
             park_limit=PARK_LIMIT,
             type_patterns=self._type_patterns,
+            rate=_rate_arg(qs.opts.rate_limit),
         )
         qs.checked = True
         t1 = time.monotonic()
@@ -748,7 +775,7 @@ class Consumer:
         qs.next_due = out.next_due_ms
         qs.next_lease = out.next_lease_ms
         was_paused = qs.paused
-        qs.paused = out.paused
+        qs.paused, qs.throttled = out.paused, out.throttled
         qs.last_claim = t1
         if qs.paused != was_paused:
             self._log("info", f"queue {qs.name} is {'paused' if qs.paused else 'resumed'}")
@@ -787,6 +814,9 @@ class Consumer:
                 last_error or None,
             )
             h = _Held(task, self.handlers.get(t), mid, server_now)
+            task.reporter = h.progress = run_handlers.ProgressWriter(
+                functools.partial(calls.progress, self.rs, qs.keys, m, task.token)
+            )
             self._held[(qs.name, task.token)] = h
             if debug:
                 self._log(
@@ -890,6 +920,9 @@ class Consumer:
                 "attempt": t.attempt,
                 "token": t.token,
                 "error": error,
+                "claimed_ms": h.claim_server_ms,
+                "claimed_at": iso(h.claim_server_ms),
+                **_progress_field(h),
             }
         )
 

@@ -39,6 +39,8 @@ class QueueOptions:
     timeout_ms: int | None
     backoff_ms: int
     backoff_max_ms: int
+    #: (N, window ms, text) of ``rate_limit = "N/DUR"``, or None
+    rate_limit: tuple[int, int, str] | None = None
 
 
 def from_config(
@@ -64,6 +66,7 @@ def queue_options(
     timeout_ms: Any = None,
     backoff_ms: Any = None,
     backoff_max_ms: Any = None,
+    rate_limit: Any = None,
 ) -> QueueOptions:
     """Explicit values win; then ``[queues.Q]`` in the config file; then the defaults."""
 
@@ -88,7 +91,8 @@ def queue_options(
     if cap < backoff:
         raise BadInput("--backoff-max", f"{cap}ms is shorter than --backoff ({backoff}ms)")
     timeout = pick(timeout_ms, "timeout", "--timeout", duration_ms, None)
-    return QueueOptions(lease, int(ma), timeout, backoff, cap)
+    rate = pick(rate_limit, "rate_limit", "--rate-limit", validate.rate_limit, None)
+    return QueueOptions(lease, int(ma), timeout, backoff, cap, rate)
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,7 @@ def consumer_options(
     timeout_ms: Any = None,
     grace_ms: Any = None,
     partitions: Any = None,
+    rate_limit: Any = None,
 ) -> ConsumerOptions:
     """Check every option (flags as text or Python values; ``None``: from the config
     file, else the default) before any Redis I/O."""
@@ -148,6 +153,9 @@ def consumer_options(
         if backoff_max_ms is None
         else duration_ms(backoff_max_ms, "--backoff-max"),
         "timeout_ms": None if timeout_ms is None else duration_ms(timeout_ms, "--timeout"),
+        "rate_limit": None
+        if rate_limit is None
+        else validate.rate_limit(rate_limit, "--rate-limit"),
     }
     grace = None if grace_ms is None else duration_ms(grace_ms, "--grace")
     per_queue = {

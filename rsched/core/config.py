@@ -76,6 +76,7 @@ QUEUE_KEYS = {
     "concurrency",
     "grace",
     "partitions",
+    "rate_limit",
 }
 TOP_KEYS = {"redis", "queues", "handlers", "cron", "logs", "alerts"}
 

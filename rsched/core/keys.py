@@ -15,6 +15,12 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:stats       HASH  run counters for metrics
     {ns}:{q:QUEUE}:lanes       HASH  type -> lane of its parked tasks ('#': lanes given out)
     {ns}:{q:QUEUE}:handles     HASH  consumer id -> JSON array of the type globs it runs
+    {ns}:{q:QUEUE}:prio        ZSET  tasks of a priority other than 0 -> when a claim looks
+                                     at them next (their due time; _prio.lua)
+    {ns}:{q:QUEUE}:ready       ZSET  due tasks of a priority other than 0, out of sched ->
+                                     (1000 - priority) * 2**42 + due (claimed highest first)
+    {ns}:{q:QUEUE}:rate        ZSET  claim token -> when claimed: the rate limit's window
+    {ns}:{q:QUEUE}:ratelimit   STRING "N WINDOW_MS TEXT": `rate_limit`, set by consumers
     {ns}:{q:QUEUE}:cancel      Pub/Sub channel: claim tokens of running tasks cancelled
     {ns}:{q:QUEUE}:logs        HASH  claim token -> run log (JSON: stdout, stderr, truncated)
     {ns}:{q:QUEUE}:logidx      ZSET  claim token -> when its log was written: trims `logs`
@@ -95,6 +101,17 @@ def due_of_score(score: float) -> int:
     if s >= 0:
         return s
     return s + -(s // LANE_MS) * LANE_MS
+
+
+#: Priorities (``add --priority``) and the band width of the ready set's scores.
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+
+
+def ready_due(score: float) -> tuple[int, int]:
+    """A ``ready`` score -> (due ms, priority) (see ``rsched/lua/_prio.lua``)."""
+    s = int(score)
+    band = s // LANE_MS
+    return s - band * LANE_MS, 1000 - band
 
 
 def lane_bounds(lane: int) -> tuple[int, str]:
@@ -194,6 +211,28 @@ class QueueKeys(_EventKeys):
     def lanes(self) -> str:
         """HASH type -> lane number of its parked tasks; field ``#``: lanes given out."""
         return self._k("lanes")
+
+    @property
+    def prio(self) -> str:
+        """ZSET tasks of a priority other than 0 -> when a claim looks at them next
+        (``rsched/lua/_prio.lua``)."""
+        return self._k("prio")
+
+    @property
+    def ready(self) -> str:
+        """ZSET due tasks of a priority other than 0, out of ``sched`` -> their band
+        score ``(1000 - priority) * 2**42 + due`` (``rsched/lua/_prio.lua``)."""
+        return self._k("ready")
+
+    @property
+    def rate(self) -> str:
+        """ZSET claim token -> when claimed: the rate limit's window (claim-16)."""
+        return self._k("rate")
+
+    @property
+    def ratelimit(self) -> str:
+        """STRING the rate limit the consumers enforce, ``N WINDOW_MS TEXT`` (expires)."""
+        return self._k("ratelimit")
 
     @property
     def cancel_channel(self) -> str:

@@ -62,6 +62,45 @@ def max_attempts(value: Any, field: str = "--max-attempts") -> int:
     return n
 
 
+RATE_FORM = 'N/DUR: at most N claims (1-1000000) in any window of DUR, like "100/1s"'
+
+
+def rate_limit(value: Any, field: str = "rate_limit") -> tuple[int, int, str]:
+    """``"N/DUR"`` -> (N, window ms, the text as given)."""
+    from rsched.core.timeutil import parse_duration
+
+    if isinstance(value, tuple) and len(value) == 3:  # checked already
+        return value
+    if not isinstance(value, str) or value.count("/") != 1:
+        raise BadInput(field, f"{value!r} is not {RATE_FORM}")
+    n, dur = (p.strip() for p in value.split("/"))
+    if not _DIGITS.fullmatch(n) or not 1 <= int(n) <= 1_000_000:
+        raise BadInput(field, f"{value!r} is not {RATE_FORM}")
+    try:
+        window = parse_duration(dur, field)
+    except BadInput:
+        raise BadInput(field, f"{value!r} is not {RATE_FORM}") from None
+    return int(n), window, value.strip()
+
+
+PRIORITY_RULE = "a whole number from -1000 to 1000"
+
+
+def priority(value: Any, field: str = "--priority") -> int:
+    """A task's priority: an int, or the flag's text (ASCII digits, an optional
+    minus), from -1000 to 1000."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise BadInput(field, f"{value!r} is not {PRIORITY_RULE}")
+    if isinstance(value, str):
+        text = value.strip()
+        if not _DIGITS.fullmatch(text.removeprefix("-")):
+            raise BadInput(field, f"{value!r} is not {PRIORITY_RULE}")
+        value = int(text)
+    if not -1000 <= value <= 1000:
+        raise BadInput(field, f"{value!r} is not {PRIORITY_RULE}")
+    return value
+
+
 def payload_text(text: str | bytes, field: str = "--payload") -> str:
     """Validate JSON text and return it in compact form."""
     if isinstance(text, bytes):

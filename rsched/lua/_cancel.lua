@@ -1,11 +1,13 @@
--- fragment: cancel one task (cancel-5, cancel-batch-5). Needs _now.lua and _record.lua.
--- k: {sched, proc, dead, tasks, history} (KEYS of both scripts, in that order).
+-- fragment: cancel one task (cancel-6, cancel-batch-6). Needs _now.lua and _record.lua.
+-- k: {sched, proc, dead, tasks, history, ready} (KEYS of both scripts, in that order).
 
 -- The state member `m` is in ("scheduled"|"due"|"processing"|"dead"), or false.
 local function task_state(k, m, now)
   local s = redis.call('ZSCORE', k[1], m)
   if s then
     return (tonumber(s) <= now) and 'due' or 'scheduled'
+  elseif redis.call('ZSCORE', k[6], m) then
+    return 'due'
   elseif redis.call('ZSCORE', k[2], m) then
     return 'processing'
   elseif redis.call('ZSCORE', k[3], m) then
@@ -23,6 +25,7 @@ local function cancel_task(k, m, state, now, maxlen, queue, channel, by)
   redis.call('ZREM', k[1], m)
   redis.call('ZREM', k[2], m)
   redis.call('ZREM', k[3], m)
+  redis.call('ZREM', k[6], m)
   local had = redis.call('HDEL', k[4], m)
   if not state and had == 1 then state = 'orphan' end
   if state == 'processing' and raw then

@@ -40,14 +40,14 @@ async def script(c: AsyncCtx, name: str, keys: Sequence[str], args: Sequence[Any
         _raise_mapped(exc)
 
 
-#: One ``add-5`` call of a batch: (queue keys, mode, reply, tasks, checks).
+#: One ``add-7`` call of a batch: (queue keys, mode, reply, tasks, checks).
 AddCall = tuple["QueueKeys", str, str, Sequence[tuple[str, str, str, int]], str]
 
 
 async def add_batch(
     c: AsyncCtx, adds: Sequence[AddCall], after: Sequence[tuple[Any, ...]] = ()
 ) -> list[Any]:
-    """``add-5`` calls (each: ``tasks`` are (member, due "+N"|"N", payload JSON,
+    """``add-7`` calls (each: ``tasks`` are (member, due "+N"|"N", payload JSON,
     max_attempts) groups, see :func:`rsched.lua.calls.add`) and the commands
     ``after`` them, in one pipeline (one round trip). Returns every reply in
     order, errors in place (not raised)."""
@@ -57,8 +57,9 @@ async def add_batch(
         args: list[Any] = [mode, reply, checks]
         for t in tasks:
             args.extend(t)
-        body = loader.source("add-5") if how == "EVAL" else loader.sha1("add-5")
-        pipe.execute_command(how, body, 5, *_add_keys(q), *args)
+        body = loader.source("add-7") if how == "EVAL" else loader.sha1("add-7")
+        keys = _add_keys(q)
+        pipe.execute_command(how, body, len(keys), *keys, *args)
 
     async def send(idx: Sequence[int], how: str, tail: Sequence[tuple[Any, ...]]) -> list[Any]:
         pipe = c.redis.pipeline(transaction=False)
@@ -80,10 +81,10 @@ async def add_batch(
 
 
 async def cancel(c: AsyncCtx, q: QueueKeys, member: str, maxlen: int, queue: str, by: str) -> Any:
-    """``cancel-5``: the state the task was in, or None if there was none."""
+    """``cancel-6``: the state the task was in, or None if there was none."""
     return await script(
         c,
-        "cancel-5",
-        [q.sched, q.proc, q.dead, q.tasks, q.history],
+        "cancel-6",
+        [q.sched, q.proc, q.dead, q.tasks, q.history, q.ready],
         [member, maxlen, queue, q.cancel_channel, by],
     )

@@ -73,7 +73,7 @@ def script_and_wait(
     return res, int(acked)
 
 
-# === queue: add-5, cancel-5, purge-2, retry-4, requeue-stale-7, cancel-batch-5
+# === queue: add-7, cancel-6, purge-2, retry-5, requeue-stale-7, cancel-batch-6
 # ==============================================================================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
@@ -90,7 +90,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _add_keys(q: QueueKeys) -> list[str]:
-    return [q.sched, q.proc, q.dead, q.tasks, q.wake]
+    return [q.sched, q.proc, q.dead, q.tasks, q.wake, q.prio, q.ready]
 
 
 _KEYS_BYTES: dict[str, list[bytes]] = {}
@@ -112,20 +112,21 @@ def add(
     q: QueueKeys,
     mode: str,
     reply: str,
-    tasks: Sequence[tuple[str, str, str, int]],
+    tasks: Sequence[tuple[Any, ...]],
     *,
     checks: str = "",
     client: Any = None,
 ) -> Any:
-    """``add-5``: ``tasks`` are (member, due "+N"|"N", payload JSON, max_attempts)
-    groups; ``checks`` "t" (types) and/or "p" (refuse a partitioned queue).
+    """``add-7``: ``tasks`` are (member, due "+N"|"N", payload JSON, max_attempts)
+    groups, or with ``checks`` "P" (member, due, payload, max_attempts, priority);
+    ``checks`` "t" (types) and/or "p" (refuse a partitioned queue).
     ``client``: a pipeline to queue the call on (then nothing is returned)."""
     args: list[Any] = [mode, reply, checks]
     for t in tasks:
         args.extend(t)
     if client is None and len(tasks) == 1:
-        return _call(c, "add-5", _add_keys_bytes(q), args)
-    return c.scripts("add-5", _add_keys(q), args, client=client)
+        return _call(c, "add-7", _add_keys_bytes(q), args)
+    return c.scripts("add-7", _add_keys(q), args, client=client)
 
 
 def _call(c: Ctx, name: str, keys: Sequence[str | bytes], args: list[Any]) -> Any:
@@ -157,13 +158,13 @@ def add_one(
     c: Ctx,
     q: QueueKeys,
     mode: str,
-    task: tuple[str, str, str, int],
+    task: tuple[Any, ...],
     *,
     checks: str = "",
     before: Sequence[tuple[Any, ...]] = (),
     after: Sequence[tuple[Any, ...]] = (),
 ) -> list[Any]:
-    """``add-5`` with reply "one", and the commands ``before`` and ``after`` it, in
+    """``add-7`` with reply "one", and the commands ``before`` and ``after`` it, in
     one pipeline (one round trip; on Redis Cluster one per node, in parallel).
 
     Returns every reply in order, errors in place (as exceptions, not raised),
@@ -200,7 +201,7 @@ def add_one(
         for cmd in [*before, None, *after]:
             try:
                 if cmd is None:
-                    out.append(_call(c, "add-5", keys, args))
+                    out.append(_call(c, "add-7", keys, args))
                 else:
                     out.append(c.redis.execute_command(*cmd))
             except Exception as exc:  # noqa: BLE001 - returned in place, as a pipeline does
@@ -210,9 +211,9 @@ def add_one(
     bkeys = _add_keys_bytes(q)
     while True:
         if eval_first:
-            script = ("EVAL", loader.source("add-5"), 5, *bkeys, *args)
+            script = ("EVAL", loader.source("add-7"), 7, *bkeys, *args)
         else:
-            script = ("EVALSHA", loader.sha1("add-5"), 5, *bkeys, *args)
+            script = ("EVALSHA", loader.sha1("add-7"), 7, *bkeys, *args)
         try:
             pipe = c.redis.pipeline(transaction=False)
             for cmd in (*before, script, *after):
@@ -230,7 +231,7 @@ def add_one(
         return res
 
 
-#: (queue key prefix, mode, checks) -> the packed start of add-5's EVALSHA, up to
+#: (queue key prefix, mode, checks) -> the packed start of add-7's EVALSHA, up to
 #: its task
 _HEADS: dict[tuple[str, str, str], bytes] = {}
 
@@ -238,16 +239,21 @@ _HEADS: dict[tuple[str, str, str], bytes] = {}
 def _head(q: QueueKeys, mode: str, checks: str) -> bytes:
     if len(_HEADS) >= 4096:
         _HEADS.clear()
-    sha = loader.sha1("add-5")
-    # 15 entries: EVALSHA sha 5, the 5 keys, mode "one" checks, the task's 4
-    head = b"*15\r\n" + _fields(("EVALSHA", sha, 5, *_add_keys_bytes(q), mode, "one", checks))
+    sha = loader.sha1("add-7")
+    # 17 entries: EVALSHA sha 7, the 7 keys, mode "one" checks, the task's 4 (18:
+    # checks "P", the task's 5, with its priority)
+    n = 18 if "P" in checks else 17
+    head = b"*%d\r\n" % n + _fields(("EVALSHA", sha, 7, *_add_keys_bytes(q), mode, "one", checks))
     _HEADS[(q.prefix, mode, checks)] = head
     return head
 
 
-def _task_fields(member: str, due: str, payload: str, max_attempts: int) -> bytes:
-    """:func:`_fields` of one task (member, due, payload JSON, max attempts)."""
+def _task_fields(member: str, due: str, payload: str, max_attempts: int, *pri: int) -> bytes:
+    """:func:`_fields` of one task (member, due, payload JSON, max attempts[,
+    priority])."""
     m, d, p, x = member.encode(), due.encode(), payload.encode(), b"%d" % max_attempts
+    if pri:
+        return _task_fields(member, due, payload, max_attempts) + _fields(pri)
     return b"$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
         len(m),
         m,
@@ -260,7 +266,7 @@ def _task_fields(member: str, due: str, payload: str, max_attempts: int) -> byte
     )
 
 
-#: command -> :func:`_resp` of it, for the few commands sent around add-5
+#: command -> :func:`_resp` of it, for the few commands sent around add-7
 _PACKED: dict[tuple[Any, ...], bytes] = {}
 
 
@@ -362,10 +368,10 @@ def _noscript(exc: BaseException) -> bool:
 
 
 def cancel(c: Ctx, q: QueueKeys, member: str, maxlen: int, queue: str, by: str) -> Any:
-    """``cancel-5``: the state the task was in, or None if there was none."""
+    """``cancel-6``: the state the task was in, or None if there was none."""
     return c.scripts(
-        "cancel-5",
-        [q.sched, q.proc, q.dead, q.tasks, q.history],
+        "cancel-6",
+        [q.sched, q.proc, q.dead, q.tasks, q.history, q.ready],
         [member, maxlen, queue, q.cancel_channel, by],
     )
 
@@ -379,8 +385,9 @@ def purge(c: Ctx, q: QueueKeys, older_ms: int | None, limit: int) -> tuple[int, 
 
 
 def retry(c: Ctx, q: QueueKeys, members: Sequence[str]) -> int:
-    """``retry-4``: how many of ``members`` were dead and are due now."""
-    return int(c.scripts("retry-4", [q.dead, q.sched, q.tasks, q.wake], list(members)))
+    """``retry-5``: how many of ``members`` were dead and are due now."""
+    keys = [q.dead, q.sched, q.tasks, q.wake, q.prio]
+    return int(c.scripts("retry-5", keys, list(members)))
 
 
 def requeue_stale(
@@ -398,11 +405,11 @@ def requeue_stale(
 def cancel_batch(
     c: Ctx, q: QueueKeys, members: Sequence[str], state: str, maxlen: int, queue: str, by: str
 ) -> tuple[int, int]:
-    """``cancel-batch-5``: cancel those of ``members`` in ``state`` ("" any), each as
+    """``cancel-batch-6``: cancel those of ``members`` in ``state`` ("" any), each as
     :func:`cancel` does; (cancelled, of which processing)."""
     n, running = c.scripts(
-        "cancel-batch-5",
-        [q.sched, q.proc, q.dead, q.tasks, q.history],
+        "cancel-batch-6",
+        [q.sched, q.proc, q.dead, q.tasks, q.history, q.ready],
         [maxlen, queue, q.cancel_channel, by, state, *members],
     )
     return int(n), int(running)
@@ -411,12 +418,12 @@ def cancel_batch(
 # === end of queue =============================================================
 
 
-# === consumer: claim-12, ack-4, fail-8, heartbeat-2, release-4 ================
+# === consumer: claim-16, ack-4, fail-8, heartbeat-2, release-4 ================
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimReply:
-    """What ``claim-12`` answers: the server's clock, the queue's next due time and
+    """What ``claim-16`` answers: the server's clock, the queue's next due time and
     next lease expiry (-1: none), whether it is paused, the leases reaped, and the
     claimed tasks (7 fields each: member, payload, attempt, max_attempts, token,
     due, last_error)."""
@@ -428,6 +435,8 @@ class ClaimReply:
     reaped_due: int
     reaped_dead: int
     claimed: list[Any]
+    #: the rate limit holds back what is due until next_due_ms (its next permit)
+    throttled: bool = False
 
     def tasks(self) -> Iterator[Sequence[Any]]:
         """The claimed tasks, 7 fields each."""
@@ -455,8 +464,9 @@ def claim(
     handles_json: str | None = None,
     park_limit: int | None = None,
     type_patterns: Sequence[str] = (),
+    rate: str | None = None,
 ) -> ClaimReply:
-    """``claim-12``: register ``consumer``, reap expired leases, claim up to
+    """``claim-16``: register ``consumer``, reap expired leases, claim up to
     ``max_tasks`` due tasks of the types ``type_patterns`` (anchored Lua patterns;
     none: every type), parking at most ``park_limit`` due tasks of other types."""
     args: list[Any] = [
@@ -471,6 +481,7 @@ def claim(
         1 if check else 0,
         handles_json or "",
         park_limit if park_limit is not None else 0,
+        rate or "",
         EVENTS_MAXLEN,
         *type_patterns,
     ]
@@ -486,17 +497,22 @@ def claim(
         q.history,
         q.lanes,
         q.handles,
+        q.prio,
+        q.ready,
+        q.rate,
+        q.ratelimit,
         q.events,
     ]
-    out = ctx.scripts("claim-12", keys, args)
+    out = ctx.scripts("claim-16", keys, args)
     return ClaimReply(
         int(out[0]),
         int(out[1]),
         int(out[2]),
-        bool(int(out[3])),
+        int(out[3]) == 1,
         int(out[4]),
         int(out[5]),
         out[6:],
+        int(out[3]) == 2,
     )
 
 
@@ -568,6 +584,15 @@ def release(ctx: Ctx, q: QueueKeys, runs: Sequence[tuple[str, str]]) -> int:
     for member, token in runs:
         args += [member, token]
     return int(ctx.scripts("release-4", [q.sched, q.proc, q.tasks, q.wake], args))
+
+
+def progress(
+    ctx: Ctx, q: QueueKeys, member: str, token: str, fraction: float, message: str
+) -> bool:
+    """``progress-2``: keep a running task's progress (``fraction`` 0..1, ``message``)
+    in its record; False when ``token`` no longer holds the task."""
+    res = ctx.scripts("progress-2", [q.proc, q.tasks], [member, token, repr(fraction), message])
+    return bool(int(res))
 
 
 # === end of consumer ==========================================================

@@ -41,7 +41,7 @@ def _read(name: str) -> str:
 
 @cache
 def source(name: str) -> str:
-    """Lua source of operation ``name`` (e.g. ``"add-5"``) with includes expanded."""
+    """Lua source of operation ``name`` (e.g. ``"add-7"``) with includes expanded."""
     text = _read(name + ".lua")
     return _INCLUDE.sub(lambda m: _read(m.group(1)), text)
 

@@ -1,5 +1,5 @@
 -- requeue-stale-7: move tasks whose lease expired back to due (or to dead
--- after their last attempt). The same reaping every consumer does in claim-12
+-- after their last attempt). The same reaping every consumer does in claim-16
 -- (with its run.lost / task.dead events).
 --
 -- KEYS[1] sched    ZSET

@@ -1,5 +1,5 @@
 """Bulk adds: many validated specs, grouped per queue (per partition), ``batch``
-tasks per ``add-5`` call, all calls of a batch in one pipeline; and ``add --from``
+tasks per ``add-7`` call, all calls of a batch in one pipeline; and ``add --from``
 (JSON lines parsed, validated and written in batches, with a writer thread and
 retries through an outage). One task at a time is :func:`rsched.queue.ops.add_spec`.
 """
@@ -30,7 +30,7 @@ def _add_calls(
     batch: int,
     partitions: int | None = None,
 ) -> tuple[list[TaskSpec], list[tuple[list[TaskSpec], Any]]]:
-    """Group specs per queue (per partition), ``batch`` tasks per ``add-5`` call,
+    """Group specs per queue (per partition), ``batch`` tasks per ``add-7`` call,
     all calls in one pipeline. Returns the specs in order and (chunk, reply) pairs.
     ``partitions``: the count every queue named must have (see rsched.queue.queues)."""
     _check_if_exists(if_exists)
@@ -59,9 +59,12 @@ def _add_calls(
         checks = "" if q in checked else "t"
         for i in range(0, len(items), batch):
             part = items[i : i + batch]
-            calls.add(
-                rs, keys, if_exists, reply, [_args(s) for s in part], checks=checks, client=pipe
-            )
+            rows = [_args(s) for s in part]
+            how = checks
+            if any(s.priority for s in part):  # every group of 5, with its priority
+                how += "P"
+                rows = [(*r, 0) if len(r) == 4 else r for r in rows]
+            calls.add(rs, keys, if_exists, reply, rows, checks=how, client=pipe)
             chunks.append(part)
     from rsched.core.errors import map_error
 
@@ -88,7 +91,7 @@ def _add_calls(
 
 
 class _Partial(Exception):
-    """Some ``add-5`` calls of one pipeline were refused (``error``), the others
+    """Some ``add-7`` calls of one pipeline were refused (``error``), the others
     (``ok``: chunk, reply) wrote their tasks. Never leaves this module."""
 
     def __init__(self, error: Exception, ok: list[tuple[list[TaskSpec], Any]], reply: str):
@@ -189,7 +192,7 @@ def add_lines(
     A full Redis (``maxmemory`` reached) is such an outage too: it lasts until
     memory is freed. When the outage outlasts ``retry_s`` the error says how many
     tasks were written, counting the calls of the last batch that went through
-    (each call of ``add-5`` is written whole or, refused, not at all)."""
+    (each call of ``add-7`` is written whole or, refused, not at all)."""
     import threading
     import time
 

@@ -6,7 +6,10 @@ A task is identified by (queue, TYPE, ID). Its record, stored in the queue's
 trailing defaults left out (``rsched/lua/_record.lua`` reads and writes it)::
 
     [payload_json_text, attempts=0, max_attempts=0 (0 = consumer default),
-     claim_token="", last_error="", due_ms]
+     claim_token="", last_error="", due_ms, 0, priority=0, progress=null]
+
+``progress`` is ``[fraction, message, at_ms]``: the running (or last failed)
+attempt's last report (``task.progress()``, ``RSCHED_PROGRESS_FD``).
 
 A task that was never claimed is stored as ``[payload]`` (``[payload,0,N]``
 with its own max attempts): its due time is its score in the ``sched`` set,
@@ -42,6 +45,9 @@ class Task:
     payload: Any = None
     last_error: str | None = None
     lease_ms: int | None = None  # processing: lease expiry; dead: when it died
+    priority: int = 0
+    #: the last progress report: {"fraction", "message", "at", "at_ms"}, or None
+    progress: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +61,8 @@ class Task:
             "max_attempts": self.max_attempts,
             "payload": self.payload,
             "last_error": self.last_error,
+            "priority": self.priority,
+            "progress": self.progress,
         }
 
 
@@ -102,6 +110,7 @@ class TaskSpec:
     at_ms: int | None = None
     payload_json: str = "null"
     max_attempts: int = 0
+    priority: int = 0
 
     @property
     def member(self) -> str:
@@ -127,6 +136,10 @@ class QueueStats:
     unrunnable: int = 0
     unrunnable_lag_ms: int = 0
     unrunnable_types: list[str] = field(default_factory=list)
+    #: the rate limit the consumers enforce (``rate_limit``, as configured), and
+    #: whether it holds claims back now (no permit left in the window)
+    rate_limit: str | None = None
+    throttled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,4 +157,6 @@ class QueueStats:
             "unrunnable": self.unrunnable,
             "unrunnable_lag_ms": self.unrunnable_lag_ms,
             "unrunnable_types": self.unrunnable_types,
+            "rate_limit": self.rate_limit,
+            "throttled": self.throttled,
         }

@@ -13,6 +13,7 @@ from rsched.core import keys as K
 from rsched.core import validate
 from rsched.core.conn import time_reply_ms
 from rsched.core.errors import BadInput, Conflict, NotFound, RedisFull, WrongKeyType, map_error
+from rsched.core.timeutil import iso
 from rsched.lua import calls
 from rsched.queue import queues as P
 from rsched.queue.model import (
@@ -31,8 +32,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from rsched.context import Context
 
 
-def _args(spec: TaskSpec) -> tuple[str, str, str, int]:
+def _args(spec: TaskSpec) -> tuple[Any, ...]:
     due = f"+{spec.delay_ms or 0}" if spec.at_ms is None else str(spec.at_ms)
+    if spec.priority:
+        return (spec.member, due, spec.payload_json, spec.max_attempts, spec.priority)
     return (spec.member, due, spec.payload_json, spec.max_attempts)
 
 
@@ -61,6 +64,7 @@ def _spec_task(s: TaskSpec, state: str, due: Any) -> Task:
         s.max_attempts or None,
         None if s.payload_json == "null" else json.loads(s.payload_json),
         None,
+        priority=s.priority,
     )
 
 
@@ -78,7 +82,7 @@ def add_spec(
     rs: Context, spec: TaskSpec, *, if_exists: str = "keep", partitions: int | None = None
 ) -> AddResult:
     """Schedule one validated task (``if_exists`` one of :data:`IF_EXISTS`) in one
-    round trip: ``add-5`` (which answers what a kept task's result needs, and the
+    round trip: ``add-7`` (which answers what a kept task's result needs, and the
     server's clock, :attr:`AddResult.now_ms`) and the queue's entry in the list
     of queues, pipelined, with the ``queue-config`` read that checks an
     unpartitioned queue is still one (see :mod:`rsched.queue.queues`).
@@ -88,7 +92,7 @@ def add_spec(
     queue = spec.queue
     n = P.resolve(rs, queue, partitions)
     known = P.known(rs)
-    if n is None:  # taken to be unpartitioned: add-5 refuses if it is not
+    if n is None:  # taken to be unpartitioned: add-7 refuses if it is not
         # queue-config is read on this context's first add to the queue (a queue
         # partitioned by an earlier version has no "#partitions" field to refuse by)
         first = queue not in known.ready
@@ -111,7 +115,7 @@ def add_spec(
 def _add_one(
     rs: Context, spec: TaskSpec, stored: str, if_exists: str, checks: str, before: list[Any]
 ) -> tuple[Any, Any, Any]:
-    """One pipelined add: (the ``before`` reply or None, add-5's, SADD's); add-5's
+    """One pipelined add: (the ``before`` reply or None, add-7's, SADD's); add-7's
     refusal raised, a refusal of the SADD returned (the task is written)."""
     known = P.known(rs)
     if stored not in known.checked:
@@ -124,7 +128,7 @@ def _add_one(
         q,
         if_exists,
         _args(spec),
-        checks=checks,
+        checks=checks + "P" if spec.priority else checks,
         before=before,
         after=[("SADD", rs.keys.queues, spec.queue)],
     )
@@ -151,7 +155,7 @@ def _add_one(
 
 def _unmark_stray(rs: Context, queue: str, spec: TaskSpec, reply: Any, parts: int) -> None:
     """Undo an add to the unpartitioned keys of a partitioned queue, and give the
-    queue its "#partitions" field so that add-5 refuses the next such add."""
+    queue its "#partitions" field so that add-7 refuses the next such add."""
     q = rs.keys.queue(queue)
     pipe = rs.redis.pipeline(transaction=False)
     if reply[0] == "added":  # (kept or replaced: it was there before; leave it)
@@ -210,7 +214,15 @@ def cancel_ref(rs: Context, ref: TaskRef) -> str:
 
 
 #: A record's positions when left out (see the module docstring).
-_REC_DEFAULTS = ["null", 0, 0, "", "", None]
+_REC_DEFAULTS = ["null", 0, 0, "", "", None, 0, 0, None]
+
+
+def _progress(value: Any) -> dict[str, Any] | None:
+    """A record's progress entry [fraction, message, at_ms] -> its JSON form."""
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    at = int(value[2])
+    return {"fraction": value[0], "message": value[1], "at": iso(at), "at_ms": at}
 
 
 def decode_task(
@@ -241,6 +253,8 @@ def decode_task(
         payload=payload,
         last_error=r[4] or None,
         lease_ms=int(score) if score is not None and state in ("processing", "dead") else None,
+        priority=int(r[7] or 0),
+        progress=_progress(r[8]),
     )
 
 
@@ -262,16 +276,19 @@ def show_ref(rs: Context, ref: TaskRef) -> Task:
     pipe.zscore(q.sched, m)
     pipe.zscore(q.proc, m)
     pipe.zscore(q.dead, m)
+    pipe.zscore(q.ready, m)
     if clustered:
         now = rs.now_ms()
-        raw, s, p, d = _exec(pipe)
+        raw, s, p, d, rd = _exec(pipe)
     else:
-        t, raw, s, p, d = _exec(pipe)
+        t, raw, s, p, d, rd = _exec(pipe)
         now = time_reply_ms(t)
     if raw is None:
         raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
     if s is not None:
         state, score = ("due" if s <= now else "scheduled"), s
+    elif rd is not None:
+        state, score = "due", float(K.ready_due(rd)[0])
     elif p is not None:
         state, score = "processing", p
     elif d is not None:
@@ -388,7 +405,13 @@ def _due_rows(
             continue
         lo, hi = K.lane_bounds(lane)
         rows += _range_rows(rs, q.sched, lo, hi, limit, prefix)
-    if lanes:
+    ready = [
+        (m, float(K.ready_due(sc)[0]))
+        for m, sc in _range_rows(rs, q.ready, "-inf", "+inf", limit, prefix)
+    ]
+    if ready:
+        rows += ready
+    if lanes or ready:
         rows.sort(key=lambda r: (K.due_of_score(r[1]), r[0]))
     return rows[:limit]
 
@@ -452,8 +475,10 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
             cmd("EXISTS", q.paused)
             cmd("HGETALL", q.lanes)
             cmd("HGETALL", q.handles)
+            cmd("ZCARD", q.ready)
+            cmd("GET", q.ratelimit)
     res = _exec(pipe) if names else []
-    for j in range(0, len(res), 11):
+    for j in range(0, len(res), 13):
         res[j + 5], res[j + 6] = _scored(res[j + 5]), _scored(res[j + 6])
         res[j + 9], res[j + 10] = _hash(res[j + 9]), _hash(res[j + 10])
     # Round two: every parked type's count and oldest task.
@@ -462,7 +487,7 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
     flat = [part for name in names for part in stored[name]]
     for j, part in enumerate(flat):
         sched_key = rs.keys.queue(part).sched
-        lanes = [(t, int(v)) for t, v in res[11 * j + 9].items() if t != "#"]
+        lanes = [(t, int(v)) for t, v in res[13 * j + 9].items() if t != "#"]
         lanes_of.append(lanes)
         for _, lane in lanes:
             lo, hi = K.lane_bounds(lane)
@@ -474,14 +499,23 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
     out = []
     i = 0
     k = 0
+    part_names = flat
     for name in names:
         total = due = proc = stale = dead = lag = consumers = 0
         nxt_ms: int | None = None
         paused = False
         unrunnable = unrunnable_lag = 0
         unrunnable_types: set[str] = set()
+        rate_text, throttled = None, False
         for _ in stored[name]:
-            t, d, pr, st, de, first, nxt, live, pa, _lanes, handles = res[11 * i : 11 * i + 11]
+            t, d, pr, st, de, first, nxt, live, pa, _lanes, handles, rd, rl = res[
+                13 * i : 13 * i + 13
+            ]
+            if rl:
+                n_w_text = rl.split(" ", 2)
+                rate_text = n_w_text[2]
+                throttled = throttled or _throttled(rs, part_names[i], n_w_text, now)
+            t, d = t + rd, d + rd  # due tasks of a priority other than 0 (out of sched)
             lanes = lanes_of[i]
             i += 1
             total, due, proc, stale, dead = total + t, due + d, proc + pr, stale + st, dead + de
@@ -532,9 +566,18 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
                 unrunnable=unrunnable,
                 unrunnable_lag_ms=unrunnable_lag,
                 unrunnable_types=sorted(unrunnable_types),
+                rate_limit=rate_text,
+                throttled=throttled,
             )
         )
     return out
+
+
+def _throttled(rs: Context, stored: str, n_w_text: list[str], now: int) -> bool:
+    """Whether the window of a stored queue's rate limit ("N WINDOW_MS TEXT") is full."""
+    n, w = int(n_w_text[0]), int(n_w_text[1])
+    used = rs.redis.execute_command("ZCOUNT", rs.keys.queue(stored).rate, f"({now - w}", "+inf")
+    return int(used) >= n
 
 
 def requeue_stale(
@@ -647,7 +690,7 @@ def _check_known(rs: Context, queue: str, verb: str) -> None:
         )
 
 
-#: Members per ZSCAN page and per ``cancel-batch-5`` call of :func:`cancel_all`.
+#: Members per ZSCAN page and per ``cancel-batch-6`` call of :func:`cancel_all`.
 CANCEL_PAGE = 500
 
 
@@ -665,7 +708,7 @@ def cancel_all(
 
     Paged on the server: each of the queue's sets is read with ``ZSCAN MATCH "TYPE *"``,
     :data:`CANCEL_PAGE` members at a time, and each page cancelled by one
-    ``cancel-batch-5`` call, which checks each task's state by the server's clock.
+    ``cancel-batch-6`` call, which checks each task's state by the server's clock.
     A dry run counts the same pages, by the server's clock at its start (ZSCAN may
     return a member twice while Redis resizes a large set: a dry run then counts it
     twice; a real run cancels it once)."""
@@ -681,9 +724,9 @@ def cancel_all(
         q = rs.keys.queue(stored)
         now = rs.now_ms() if dry_run else 0
         sets = {
-            "": [q.sched, q.proc, q.dead],
+            "": [q.sched, q.ready, q.proc, q.dead],
             "scheduled": [q.sched],
-            "due": [q.sched],
+            "due": [q.sched, q.ready],
             "processing": [q.proc],
             "dead": [q.dead],
         }[want]

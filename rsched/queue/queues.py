@@ -16,7 +16,7 @@ watch the partitions).
 
 The unpartitioned queue's own ``tasks`` hash holds the field ``#partitions``
 (-> N) once the queue is partitioned (never a task's member: those have a
-space). ``add-5`` checks it (its "p" check), so that an add that took the
+space). ``add-7`` checks it (its "p" check), so that an add that took the
 queue to be unpartitioned, without reading ``queue-config`` first, is refused
 and nothing written: the add is one round trip. The ``queue-config`` entry
 stays the authority: the same round trip reads it, and a queue partitioned by
@@ -59,10 +59,10 @@ class Known:
         #: queue -> its partition count, once read as > 1 ("not partitioned" is
         #: not kept: another process may partition the queue)
         self.counts: dict[str, int] = {}
-        #: stored queues whose keys' types add-5 has checked on this connection
+        #: stored queues whose keys' types add-7 has checked on this connection
         self.checked: set[str] = set()
         #: queues this context added a task to unpartitioned, as ``queue-config``
-        #: said: a later add reads it no more (add-5's "p" check sees a
+        #: said: a later add reads it no more (add-7's "p" check sees a
         #: partitioning by this version)
         self.ready: set[str] = set()
         #: stored queue -> its keys (an add builds them once)
@@ -90,7 +90,7 @@ def _want(rs: Context, queue: str, want: int | None) -> int | None:
 def resolve(rs: Context, queue: str, want: int | None = None) -> int | None:
     """:func:`count` without a round trip where it can: the count this context
     knows, or, for a queue taken to be unpartitioned (no ``want`` above 1),
-    None: the caller adds with ``add-5``'s "p" check (see the module docstring)
+    None: the caller adds with ``add-7``'s "p" check (see the module docstring)
     and reads ``queue-config`` in the same round trip."""
     want = _want(rs, queue, want)
     got = _cache(rs).get(queue)

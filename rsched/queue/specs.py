@@ -34,6 +34,7 @@ _FLAG_FIELDS = {
     "at": "--at",
     "payload": "--payload",
     "max_attempts": "--max-attempts",
+    "priority": "--priority",
 }
 
 
@@ -63,6 +64,7 @@ def make_spec(
     payload: Any = None,
     payload_json: str | bytes | None = None,
     max_attempts: Any = None,
+    priority: Any = None,
     tz: str | None = None,
     fields: dict[str, str] | None = None,
 ) -> TaskSpec:
@@ -94,6 +96,8 @@ def make_spec(
         spec.payload_json = _payload(payload, f["payload"])
     if max_attempts is not None:
         spec.max_attempts = validate.max_attempts(max_attempts, f["max_attempts"])
+    if priority is not None and priority != 0:
+        spec.priority = validate.priority(priority, f["priority"])
     return spec
 
 
@@ -120,7 +124,7 @@ def task_query(
 
 
 #: Fields of one ``add --from`` JSON line.
-LINE_FIELDS = frozenset(("type", "id", "queue", "in", "at", "payload", "max_attempts"))
+LINE_FIELDS = frozenset(("type", "id", "queue", "in", "at", "payload", "max_attempts", "priority"))
 
 
 def spec_from_line(raw: bytes | str, lineno: int, tz: str | None = None) -> TaskSpec:
@@ -153,6 +157,12 @@ def spec_from_line(raw: bytes | str, lineno: int, tz: str | None = None) -> Task
     delay = obj.get("in")
     at = obj.get("at")
     max_attempts = obj.get("max_attempts")
+    priority = obj.get("priority")
+    if priority is not None and type(priority) is not int:
+        raise BadInput(
+            f"{where}: priority",
+            f"{_shown(priority)} is not {validate.PRIORITY_RULE} (a JSON number)",
+        )
     if (
         type(task_type) is not str
         or type(task_id) is not str
@@ -167,6 +177,7 @@ def spec_from_line(raw: bytes | str, lineno: int, tz: str | None = None) -> Task
         at=at,
         payload=obj.get("payload"),
         max_attempts=max_attempts,
+        priority=priority,
         tz=tz,
     )
     try:

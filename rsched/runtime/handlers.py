@@ -34,6 +34,13 @@ while it runs, to the run's live stream (chunks flushed every second or per
 :func:`store_log` writes the finished run's log next to its history record
 (``log-put-3``: same hash slot, trimmed with the history's cap).
 
+**Progress.** A command given ``Command.on_progress`` gets the write end of a
+pipe, its number in ``RSCHED_PROGRESS_FD``; each line it writes there,
+``FRACTION MESSAGE`` (0 <= FRACTION <= 1; the message optional, at most
+:data:`PROGRESS_MESSAGE_MAX` characters kept), is told to ``on_progress``; other
+lines are ignored. :class:`ProgressWriter` writes reports to Redis at most one per
+:data:`PROGRESS_EVERY_S` (the latest wins; never failing the run).
+
 A **Python callable** (:func:`call`) gets its argument, returning is ok,
 raising is failed with the exception and the last lines of its traceback as
 the error; with a timeout it runs through :mod:`rsched.runtime.pycall`
@@ -45,6 +52,8 @@ cron's job run and ``exec`` build a :class:`Command` the same way.
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import threading
 import time
@@ -74,6 +83,8 @@ class Command:
     log_bytes: int = DEFAULT_CAPTURE_BYTES
     #: told every chunk of output as it is read: ("stdout" | "stderr", bytes)
     on_output: Callable[[str, bytes], None] | None = None
+    #: told each progress line the command writes to RSCHED_PROGRESS_FD
+    on_progress: Callable[[float, str], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,15 +177,28 @@ class HandlerRun:
 
     def start(self) -> HandlerRun:
         cmd = self.command
+        env: dict[str, str] = dict(cmd.env)
+        fds: tuple[int, ...] = ()
+        if cmd.on_progress is not None:
+            rfd, wfd = os.pipe()
+            env[PROGRESS_FD_ENV], fds = str(wfd), (wfd,)
         with self._lock:
-            self._child = Child(
-                cmd.argv,
-                env=child_env(cmd.env),
-                stdin_data=cmd.stdin,
-                capture_bytes=cmd.log_bytes,
-                on_output=cmd.on_output,
-            )
+            try:
+                self._child = Child(
+                    cmd.argv,
+                    env=child_env(env),
+                    stdin_data=cmd.stdin,
+                    capture_bytes=cmd.log_bytes,
+                    on_output=cmd.on_output,
+                    pass_fds=fds,
+                )
+            finally:
+                if fds:
+                    os.close(fds[0])
             pending, self._pending = self._pending, None
+        if cmd.on_progress is not None:
+            args = (rfd, cmd.on_progress)
+            threading.Thread(target=_read_progress, args=args, daemon=True).start()
         if pending is not None:
             how, reason, grace = pending
             if how == "kill":
@@ -224,6 +248,95 @@ class HandlerRun:
         assert c is not None, "start() first"
         cmd = self.command
         return Outcome.of(c.wait(cmd.timeout_s, cmd.grace_s), started=c.popen is not None)
+
+
+# --------------------------------------------------------------------------- progress
+
+#: The environment variable naming a command's progress file descriptor.
+PROGRESS_FD_ENV = "RSCHED_PROGRESS_FD"
+#: The longest progress message kept (characters), and the writes' least interval.
+PROGRESS_MESSAGE_MAX = 200
+PROGRESS_EVERY_S = 0.2
+
+
+def check_progress(fraction: Any, message: Any = "") -> tuple[float, str]:
+    """A progress report validated: (fraction 0..1, message cut to its limit)."""
+    ok = isinstance(fraction, int | float) and not isinstance(fraction, bool)
+    if not ok or math.isnan(fraction) or not 0 <= fraction <= 1:
+        raise ValueError(f"progress: {fraction!r} is not a fraction from 0 to 1")
+    if not isinstance(message, str):
+        raise TypeError(f"progress: the message must be text, not {type(message).__name__}")
+    return float(fraction), message[:PROGRESS_MESSAGE_MAX]
+
+
+def parse_progress_line(line: bytes) -> tuple[float, str] | None:
+    """``FRACTION MESSAGE`` -> (fraction, message); None for anything else."""
+    text = line.decode("utf-8", "replace").strip()
+    head, _, message = text.partition(" ")
+    try:
+        return check_progress(float(head), message.strip())
+    except ValueError:
+        return None
+
+
+def _read_progress(rfd: int, tell: Callable[[float, str], None]) -> None:
+    with os.fdopen(rfd, "rb") as f:
+        for line in f:
+            got = parse_progress_line(line[:4096])
+            if got is not None:
+                tell(*got)
+
+
+class ProgressWriter:
+    """Writes one run's progress reports through ``write`` (fraction, message): at
+    most one per :data:`PROGRESS_EVERY_S`, a report in between written when the
+    interval ends (the latest wins), errors swallowed (progress never fails a run).
+    :attr:`last`: the latest report (fraction, message, time.time() ms)."""
+
+    def __init__(self, write: Callable[[float, str], Any]):
+        self._write = write
+        self._lock = threading.Lock()
+        self._last_write = 0.0
+        self._pending: tuple[float, str] | None = None
+        self._timer: threading.Timer | None = None
+        self.last: tuple[float, str, int] | None = None
+
+    def __call__(self, fraction: float, message: str = "") -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.last = (fraction, message, int(time.time() * 1000))
+            wait = self._last_write + PROGRESS_EVERY_S - now
+            if wait <= 0 and self._timer is None:
+                self._last_write = now
+            else:
+                self._pending = (fraction, message)
+                if self._timer is None:
+                    self._timer = threading.Timer(max(wait, 0.0), self._flush)
+                    self._timer.daemon = True
+                    self._timer.start()
+                return
+        self._send(fraction, message)
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending, self._timer = self._pending, None, None
+            self._last_write = time.monotonic()
+        if pending is not None:
+            self._send(*pending)
+
+    def close(self) -> None:
+        """Write what is pending now (the run ended)."""
+        with self._lock:
+            timer = self._timer
+        if timer is not None:
+            timer.cancel()
+        self._flush()
+
+    def _send(self, fraction: float, message: str) -> None:
+        try:
+            self._write(fraction, message)
+        except Exception:  # noqa: BLE001, S110 - a report is best effort
+            pass
 
 
 def run(command: Command, on_start: Callable[[HandlerRun], Any] | None = None) -> Outcome:

@@ -488,6 +488,7 @@ class Child:
         stdout: int | None = None,
         capture_bytes: int = 0,
         on_output: Callable[[str, bytes], None] | None = None,
+        pass_fds: Sequence[int] = (),
     ):
         self.argv = list(argv)
         self._tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
@@ -515,6 +516,7 @@ class Child:
                 cwd=cwd,
                 start_new_session=True,  # own process group: a timeout kills the whole tree
                 close_fds=True,
+                pass_fds=tuple(pass_fds),
             )
         except BaseException as exc:
             self._unguard()

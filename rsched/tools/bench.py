@@ -22,7 +22,9 @@ Sections (``only`` picks some):
               runner (INFO commandstats deltas; against a shared server the
               other clients' rate, measured first, is subtracted).
 ``scale``     p50 latency of one claim and one add with a small and a large
-              queue of scheduled tasks, and Redis memory per scheduled task.
+              queue of scheduled tasks, and Redis memory per scheduled task;
+              the claim p50 with priorities (tasks of priorities above and
+              below 0 among as many due tasks of priority 0 as the queue's size).
 ``locks``     lock hand-over: waiter processes blocked on one lock (the library's
               ``Lock(wait=...)``); each release wakes the next, which takes the
               lock and releases it at once. Hand-over = the waiter holding it
@@ -88,6 +90,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "idle.consumer_requests_per_s": ("<=", 1),
     "idle.cron_requests_per_s": ("<=", 1),
     "scale.claim_ratio": ("<=", 1.5),
+    "scale.claim_prio_ratio": ("<=", 1.5),
     "scale.memory_bytes_per_task": ("<=", 250),
     "locks.handover_p99_ms": ("<=", 50),
 }
@@ -179,6 +182,22 @@ class Report:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _claim_opts(queue: str) -> dict[str, Any]:
+    """calls.claim's options for the scale section's one-at-a-time claims."""
+    from rsched.core.defaults import DEFAULT_MAX_ATTEMPTS
+
+    return {
+        "max_tasks": 1,
+        "lease_ms": 60_000,
+        "consumer": "bench",
+        "registration_ttl_ms": 15_000,
+        "reap_limit": 100,
+        "history_maxlen": 0,
+        "queue": queue,
+        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+    }
 
 
 def _pct(values: Sequence[float], p: float) -> float:
@@ -390,7 +409,7 @@ class Bench:
             self.rs.redis.unlink(
                 q.sched, q.proc, q.dead, q.tasks, q.wake, q.seq, q.paused, q.consumers, q.history
             )
-            self.rs.redis.unlink(q.stats, q.lanes, q.handles)
+            self.rs.redis.unlink(q.stats, q.lanes, q.handles, q.prio, q.ready)
 
     def _fill(
         self,
@@ -824,7 +843,6 @@ class Bench:
     # -------------------------------------------------------------- scale
 
     def _latencies(self, queue: str, size: int) -> dict[str, Any]:
-        from rsched.core.defaults import DEFAULT_MAX_ATTEMPTS
 
         n = self.p.scale_samples
         k = self.rs.keys.queue(queue)
@@ -842,16 +860,7 @@ class Bench:
         from rsched.queue.model import TaskSpec
 
         add_counts(self.rs, [TaskSpec("bench.due", str(i), queue) for i in range(n)])
-        claim_opts: dict[str, Any] = {
-            "max_tasks": 1,
-            "lease_ms": 60_000,
-            "consumer": "bench",
-            "registration_ttl_ms": 15_000,
-            "reap_limit": 100,
-            "history_maxlen": 0,
-            "queue": queue,
-            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
-        }
+        claim_opts = _claim_opts(queue)
         claims, adds = [], []
         for i in range(n):
             t0 = time.perf_counter()
@@ -912,6 +921,35 @@ class Bench:
             "claim_typed_first_us": (parking or claims)[0],
         }
 
+    def _priority_claims(self, queue: str, size: int) -> dict[str, float]:
+        """``size`` due tasks of priority 0 and ``n`` due ones of other priorities
+        (half above 0, half below), claimed one at a time: the first claim readies
+        the ``n`` (see rsched/lua/_prio.lua; reported apart), then the ones above 0
+        come out of the ready set and the next ones out of the due backlog."""
+        from rsched.queue.bulk import add_counts
+        from rsched.queue.model import TaskSpec
+
+        n = self.p.scale_samples
+        k = self.rs.keys.queue(queue)
+        self._fill(queue, size, "bench.prio0", delay=None, parted=False)
+        rnd = random.Random(3)
+        specs = [TaskSpec("bench.prio", str(i), queue) for i in range(n)]
+        for i, spec in enumerate(specs):
+            spec.priority = rnd.randint(1, 10) * (1 if i % 2 else -1)
+        add_counts(self.rs, specs)
+        opts = {**_claim_opts(queue), "check": False}
+        times: list[float] = []
+        for i in range(n + 1):
+            t0 = time.perf_counter()
+            out = calls.claim(self.rs, k, **opts)
+            times.append((time.perf_counter() - t0) * 1e6)
+            member = str(next(out.tasks())[0])
+            want = "bench.prio" if i < n // 2 else "bench.prio0"
+            if member.split(" ")[0] != want:
+                raise RschedError(f"bench: claim {i} took {member}, not a {want}")
+        self._clear_queue(queue, parted=False)
+        return {"claim_prio_first_us": times[0], "claim_prio_p50_us": _pct(times[1:], 50)}
+
     def scale(self) -> dict[str, Any]:
         """The queues here are never partitioned: a partition is one such queue.
         Memory is read from the server (on a cluster: the primary) holding the
@@ -924,6 +962,8 @@ class Bench:
         before = _used_memory(node)
         b = self._latencies("bench-scale-large", large)
         self._clear_queue("bench-scale-large", parted=False)
+        pa = self._priority_claims("bench-scale-small", small)
+        pb = self._priority_claims("bench-scale-large", large)
         unmeasured = {}
         per_task = None
         if before is None or b["mem"] is None:
@@ -939,6 +979,12 @@ class Bench:
             "claim_typed_p50_us_small": round(a["claim_typed_p50_us"]),
             "claim_typed_p50_us_large": round(b["claim_typed_p50_us"]),
             "claim_typed_first_us_large": round(b["claim_typed_first_us"]),
+            "claim_prio_p50_us_small": round(pa["claim_prio_p50_us"]),
+            "claim_prio_p50_us_large": round(pb["claim_prio_p50_us"]),
+            "claim_prio_ratio": round(
+                pb["claim_prio_p50_us"] / max(pa["claim_prio_p50_us"], 1e-9), 2
+            ),
+            "claim_prio_first_us_large": round(pb["claim_prio_first_us"]),
             "add_p50_us_small": round(a["add_p50_us"]),
             "add_p50_us_large": round(b["add_p50_us"]),
             "add_ratio": round(b["add_p50_us"] / max(a["add_p50_us"], 1e-9), 2),
@@ -1213,6 +1259,10 @@ ROWS: list[tuple[str, str, str]] = [
     ("scale.claim_typed_p50_us_small", "claim p50, one type, small queue", "us"),
     ("scale.claim_typed_p50_us_large", "claim p50, one type, large queue", "us"),
     ("scale.claim_typed_first_us_large", "first claim, one type (parks others)", "us"),
+    ("scale.claim_prio_p50_us_small", "claim p50, priorities, small queue (all due)", "us"),
+    ("scale.claim_prio_p50_us_large", "claim p50, priorities, large queue (all due)", "us"),
+    ("scale.claim_prio_ratio", "claim p50 with priorities, large / small", "x"),
+    ("scale.claim_prio_first_us_large", "first claim, priorities (readies them)", "us"),
     ("scale.add_p50_us_small", "add p50, small queue", "us"),
     ("scale.add_p50_us_large", "add p50, large queue", "us"),
     ("scale.memory_bytes_per_task", "Redis memory per scheduled task", "bytes"),

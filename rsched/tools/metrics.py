@@ -14,6 +14,7 @@ Queues (label ``queue``)::
     rsched_queue_paused                  1 while the queue is paused
     rsched_queue_unrunnable_tasks        due tasks no live consumer has a handler for
     rsched_queue_unrunnable_lag_seconds  age of the oldest of them (0 when none)
+    rsched_queue_throttled               1 while the queue's rate limit holds claims back
     rsched_task_runs_total{type,result}  handler runs: ok | failed | timeout | ...
     rsched_task_dead_total{type}         tasks moved to the dead-letter set
 
@@ -187,6 +188,11 @@ class RschedCollector:
             "Due tasks no live consumer can run (no handler for their type).",
             labels=["queue"],
         )
+        throttled = core.GaugeMetricFamily(
+            "rsched_queue_throttled",
+            "1 while the queue's rate limit (rate_limit) holds claims back.",
+            labels=["queue"],
+        )
         unrunnable_lag = core.GaugeMetricFamily(
             "rsched_queue_unrunnable_lag_seconds",
             "Age of the oldest due task no live consumer can run (0 when none).",
@@ -201,7 +207,8 @@ class RschedCollector:
             paused.add_metric([s.queue], 1 if s.paused else 0)
             unrunnable.add_metric([s.queue], s.unrunnable)
             unrunnable_lag.add_metric([s.queue], s.unrunnable_lag_ms / 1000)
-        yield from (tasks, stale, lag, consumers, paused, unrunnable, unrunnable_lag)
+            throttled.add_metric([s.queue], 1 if s.throttled else 0)
+        yield from (tasks, stale, lag, consumers, paused, unrunnable, unrunnable_lag, throttled)
 
         runs = core.CounterMetricFamily(
             "rsched_task_runs",

@@ -1,4 +1,4 @@
-"""Bulk adds (one add-5 call for many tasks): duplicates inside one call,
+"""Bulk adds (one add-7 call for many tasks): duplicates inside one call,
 orphans, tasks in every state, the counts-only reply, and `add --from`
 batches written while the next one is parsed."""
 

@@ -12,7 +12,7 @@ from rsched.queue import queues as P
 from tests.support import Cli, RedisServer
 
 #: Commands a client sends itself (Lua's own calls are counted too, so only those
-#: no script of add-5 sends are told apart: EVAL*, the registration, the config
+#: no script of add-7 sends are told apart: EVAL*, the registration, the config
 #: read; a show() would send HGET).
 CLIENT_SIDE = ("eval", "evalsha", "sadd", "hget", "type", "script", "exists")
 
@@ -36,7 +36,7 @@ def test_later_adds_read_no_config_and_kept_ones_need_no_show(
     r.config_resetstat()
     res = rs.add("h.t", "1", delay=60_000)
     assert res.status == "added" and res.task.state == "scheduled"
-    # one pipeline: add-5 and the queue's entry in the list of queues
+    # one pipeline: add-7 and the queue's entry in the list of queues
     assert _stats(r) == {"evalsha": 1, "sadd": 1}
     r.config_resetstat()
     kept = rs.add("h.t", "1", delay=5)
@@ -64,7 +64,7 @@ def test_rsched_add_sends_one_pipeline(own_server: RedisServer, namespace: str, 
     r = own_server.client()
     r.config_resetstat()
     cli("add", "--in", "1h", "h.c", "1", check=0)
-    # the pipeline: queue-config read, add-5 (EVAL: the one-shot client; its five
+    # the pipeline: queue-config read, add-7 (EVAL: the one-shot client; its five
     # TYPE checks on a connection's first add), SADD; no TIME, no show()
     one_pipeline = {"eval": 1, "hget": 1, "sadd": 1, "type": 5}
     assert _stats(r) == one_pipeline

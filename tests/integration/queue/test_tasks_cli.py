@@ -25,7 +25,7 @@ def server_ms(server: RedisServer) -> int:
 def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_000) -> list[object]:
     q = rs.keys.queue(queue)
     out = rs.scripts(
-        "claim-12",
+        "claim-16",
         [
             q.sched,
             q.proc,
@@ -38,6 +38,10 @@ def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_00
             q.history,
             q.lanes,
             q.handles,
+            q.prio,
+            q.ready,
+            q.rate,
+            q.ratelimit,
             q.events,
         ],
         [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5],
@@ -66,6 +70,8 @@ def test_add_in_30m_is_due_30_minutes_after_the_server_clock(cli: Cli, server: R
         "max_attempts",
         "payload",
         "last_error",
+        "priority",
+        "progress",
     }
 
 

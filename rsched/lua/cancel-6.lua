@@ -1,9 +1,10 @@
--- cancel-5: remove a task in any state. A processing task's run is recorded
+-- cancel-6: remove a task in any state. A processing task's run is recorded
 -- `cancelled` in the history, and the consumers of the queue are told (PUBLISH of
 -- its claim token) so that the one running it stops its handler.
 --
 -- KEYS[1] sched, KEYS[2] proc, KEYS[3] dead (ZSETs); KEYS[4] tasks (HASH)
 -- KEYS[5] history  STREAM execution records
+-- KEYS[6] ready    ZSET due tasks of a priority other than 0 (_prio.lua)
 -- ARGV[1] member
 -- ARGV[2] maxlen   integer, history cap
 -- ARGV[3] queue    queue name (for the history record)

@@ -1,4 +1,4 @@
--- claim-12: claim up to N due tasks for one consumer, by the server's clock, of
+-- claim-16: claim up to N due tasks for one consumer, by the server's clock, of
 -- the types it can run. Also registers the consumer (and the types it runs) and
 -- reaps expired leases (bounded), so a running consumer is its own sweeper; the
 -- script is atomic, so two consumers can never reap or claim the same entry.
@@ -14,7 +14,11 @@
 -- KEYS[9] history    STREAM execution records
 -- KEYS[10] lanes     HASH type -> lane number of its parked tasks; '#' -> lanes given out
 -- KEYS[11] handles   HASH consumer id -> JSON array of the type globs it runs
--- KEYS[12] events    STREAM the queue's events (capped): run.lost / task.dead of a reap
+-- KEYS[12] prio      ZSET tasks of a priority other than 0 -> when to look at them (_prio.lua)
+-- KEYS[13] ready     ZSET due tasks of a priority other than 0 -> band score (_prio.lua)
+-- KEYS[14] rate      ZSET claim token -> when claimed (ms): the rate limit's sliding window
+-- KEYS[15] ratelimit STRING the queue's rate limit "N WINDOW_MS TEXT" (expires; see ARGV[12])
+-- KEYS[16] events    STREAM the queue's events (capped): run.lost / task.dead of a reap
 -- ARGV[1] max        integer, tasks to claim at most (0 = only register/reap)
 -- ARGV[2] lease      integer ms
 -- ARGV[3] consumer   consumer id string
@@ -28,13 +32,23 @@
 -- ARGV[10] handles   optional: the JSON array stored in KEYS[11] when the consumer
 --                    (re)registers or checks; "" or absent: store nothing
 -- ARGV[11] park      optional integer: due tasks of other types parked at most per call
--- ARGV[12] events_max optional integer, events stream cap (absent or 0: no events)
--- ARGV[13..] types   optional: Lua patterns (anchored) of the types this consumer runs;
+-- ARGV[12] rate      optional: "N WINDOW_MS TEXT" (`rate_limit = "N/DUR"`), written to
+--                    KEYS[15] by a call that finds due tasks (expiring after 2 registration
+--                    ttls or 2 windows, the longer); "" or absent: none given (a stored
+--                    one still applies)
+-- ARGV[13] events_max optional integer, events stream cap (absent or 0: no events)
+-- ARGV[14..] types   optional: Lua patterns (anchored) of the types this consumer runs;
 --                    none = every type (a `*` handler: parked tasks included)
--- Returns {now, next_due|-1, next_lease_expiry|-1, paused 0|1, reaped_requeued, reaped_dead,
+-- Returns {now, next_due|-1, next_lease_expiry|-1, paused 0|1 (2: throttled by the rate
+--          limit, next_due its next permit), reaped_requeued, reaped_dead,
 --          then 7 entries per claimed task: member, payload, attempt, max_attempts, token, due, last_error}
 -- next_due is the earliest due time of a task this consumer may take (its lanes' count
 -- as now; a due task of another type that could not be parked does not count).
+--
+-- Priorities (_prio.lua): a call with due tasks first moves the due tasks of a
+-- priority other than 0 into ready; then takes ready's bands of priority > 0, the
+-- due tasks of sched, ready's bands of priority < 0 (a consumer of some types
+-- reads at most N + park entries of each band range, taking those it runs).
 --
 -- Cost of an idle call (nothing due, no lease expired, check "0"): TIME, EXISTS, two
 -- ZRANGE, one ZADD; with parked tasks in the queue a consumer that runs only some
@@ -56,15 +70,16 @@
 --@include _types.lua
 --@include _bulk.lua
 --@include _lanes.lua
+--@include _prio.lua
 
 local TYPES = {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'string', KEYS[8], 'zset', KEYS[9], 'stream', KEYS[10], 'hash', KEYS[11], 'hash',
-  KEYS[12], 'stream'}
+  KEYS[12], 'zset', KEYS[13], 'zset', KEYS[14], 'zset', KEYS[15], 'string', KEYS[16], 'stream'}
 local maxc = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local park_limit = tonumber(ARGV[11] or '0') or 0
 local pats = {}
-for i = 13, #ARGV do pats[#pats + 1] = ARGV[i] end
+for i = 14, #ARGV do pats[#pats + 1] = ARGV[i] end
 local filtered = #pats > 0
 local now = now_ms()
 
@@ -82,7 +97,16 @@ local function failed(res)
 end
 
 -- Reads first: nothing is written before we know whether there is work.
-local paused = redis.call('EXISTS', KEYS[7])
+-- One EXISTS tells both whether the queue is paused and whether ready holds tasks
+-- (the idle call costs no more for it); a second only when one of them is there.
+local paused = redis.call('EXISTS', KEYS[7], KEYS[13])
+local has_ready = paused == 2
+if paused == 2 then
+  paused = 1
+elseif paused == 1 then
+  paused = redis.call('EXISTS', KEYS[7])
+  has_ready = paused == 0
+end
 local l = redis.pcall('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local bad = failed(l)
 if bad then return bad end
@@ -120,7 +144,35 @@ if filtered and f[2] ~= nil and tonumber(f[2]) < 0 then
   f = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 end
 local reap_now = l[2] ~= nil and tonumber(l[2]) <= now
-local due_now = (f[2] ~= nil and tonumber(f[2]) <= now) or mine_due
+local due_now = (f[2] ~= nil and tonumber(f[2]) <= now) or mine_due or has_ready
+
+-- The rate limit: at most N claims in any WINDOW ms (the claims of the last WINDOW ms
+-- are in KEYS[14]). With no permit left the call is an idle one (nothing due for it)
+-- and answers the next permit, when the oldest claim leaves the window, as next due.
+local rate_n, rate_w, next_permit = nil, nil, nil
+if (due_now or reap_now) and paused == 0 and maxc > 0 then
+  local rl = ARGV[12]
+  if not rl or rl == '' then rl = redis.pcall('GET', KEYS[15]) end
+  if type(rl) == 'string' then
+    local a, b = string.match(rl, '^(%d+) (%d+)')
+    rate_n, rate_w = tonumber(a), tonumber(b)
+  end
+  if rate_n and ARGV[12] and ARGV[12] ~= '' then -- a string key (SET replaces any type)
+    redis.call('SET', KEYS[15], ARGV[12], 'PX', math.max(2 * tonumber(ARGV[4]), 2 * rate_w))
+  end
+  if rate_n then
+    local since = '(' .. string.format('%d', now - rate_w)
+    local left = rate_n - redis.call('ZCOUNT', KEYS[14], since, '+inf')
+    if left <= 0 then
+      maxc = 0
+      due_now = false
+      local oldest = redis.call('ZRANGEBYSCORE', KEYS[14], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if oldest[2] then next_permit = tonumber(oldest[2]) + rate_w end
+    elseif left < maxc then
+      maxc = left
+    end
+  end
+end
 
 -- (a paused queue with due tasks writes nothing for them: no claim, no wake-up)
 local checked = ARGV[9] ~= '0' or reap_now or (due_now and paused == 0)
@@ -146,16 +198,89 @@ end
 local rq, rd = 0, 0
 if reap_now then
   rq, rd = reap(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], now, tonumber(ARGV[5]), ARGV[6], ARGV[7], false, tonumber(ARGV[8]),
-    KEYS[12], ARGV[12])
+    KEYS[16], ARGV[13])
 end
 local out = {now, -1, -1, paused, rq, rd}
+
+-- Due tasks of a priority other than 0: out of sched, into ready (see _prio.lua).
+local function promote()
+  local ms = redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now, 'LIMIT', 0, PROMOTE)
+  if #ms == 0 then return end
+  local raws = bulk('HMGET', KEYS[4], ms)
+  local scs = mscore(KEYS[1], ms)
+  local drop, unsched, readied, later = {}, {}, {}, {}
+  for i, m in ipairs(ms) do
+    local p = 0
+    if raws[i] then p = rec_decode(raws[i])[P_PRIO] end
+    local d = scs[i] and lane_due(tonumber(scs[i]))
+    local l = (p ~= 0 and not scs[i]) and redis.call('ZSCORE', KEYS[2], m)
+    if p == 0 then
+      drop[#drop + 1] = m
+    elseif d and d <= now then
+      unsched[#unsched + 1] = m
+      readied[#readied + 1] = ready_score(p, d)
+      readied[#readied + 1] = m
+      drop[#drop + 1] = m
+    elseif d then
+      later[#later + 1] = string.format('%d', d)
+      later[#later + 1] = m
+    elseif l then -- processing: look again when its lease may end
+      later[#later + 1] = string.format('%d', math.max(tonumber(l), now + 1000))
+      later[#later + 1] = m
+    else -- dead, ready or gone
+      drop[#drop + 1] = m
+    end
+  end
+  if #unsched > 0 then
+    bulk('ZREM', KEYS[1], unsched)
+    bulk('ZADD', KEYS[13], readied)
+    has_ready = true
+  end
+  if #drop > 0 then bulk('ZREM', KEYS[12], drop) end
+  if #later > 0 then bulk('ZADD', KEYS[12], later) end
+end
+
+-- Ready tasks in [lo, hi] (band scores) appended to `dst` (member, due), up to
+-- `want`; a consumer of some types reads `want + park` and takes those it runs.
+-- Returns whether it left one it runs (there is more for it).
+local function take_ready(dst, lo, hi, want)
+  if want <= 0 then return true end
+  local n = want
+  if filtered then n = want + park_limit end
+  local rows = redis.call('ZRANGEBYSCORE', KEYS[13], lo, hi, 'WITHSCORES', 'LIMIT', 0, n)
+  local left = false
+  for i = 1, #rows, 2 do
+    if not filtered or runs(task_type(rows[i])) then
+      if #dst / 2 < maxc then
+        dst[#dst + 1] = rows[i]
+        dst[#dst + 1] = ready_due(tonumber(rows[i + 1]))
+      else
+        left = true
+      end
+    end
+  end
+  return left
+end
 
 -- The due entries to take: a flat list of member, score.
 local due = {}
 local parked, park_full = 0, false
-if paused == 0 and maxc > 0 and (due_now or rq > 0) then
+local ready_left = false
+local working = paused == 0 and maxc > 0 and (due_now or rq > 0)
+if working and rate_n then
+  redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', now - rate_w)
+end
+if working then
+  local ph = redis.call('ZRANGE', KEYS[12], 0, 0, 'WITHSCORES')
+  if ph[2] and tonumber(ph[2]) <= now then promote() end
+  if has_ready then ready_left = take_ready(due, '-inf', '(' .. string.format('%d', PZERO), maxc) end
+end
+if working then
   if not filtered then
-    due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, maxc)
+    if #due / 2 < maxc then
+      local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, maxc - #due / 2)
+      for i = 1, #rows do due[#due + 1] = rows[i] end
+    end
   else
     -- 1. this consumer's lanes: tasks parked by consumers that could not run them
     for _, ln in ipairs(mine) do
@@ -204,6 +329,9 @@ if paused == 0 and maxc > 0 and (due_now or rq > 0) then
       batch = maxc - #due / 2 + math.min(math.max(park_limit - parked, 0), 64)
     end
   end
+  if has_ready then
+    ready_left = take_ready(due, '(' .. string.format('%d', PZERO), '+inf', maxc - #due / 2) or ready_left
+  end
 end
 
 local count = #due / 2
@@ -219,7 +347,7 @@ if count > 0 then
   local first = last - count
   local expiry = now + lease
   local defmax = tonumber(ARGV[8])
-  local hset, zadd = {}, {}
+  local hset, zadd, relook = {}, {}, {}
   for i = 1, count do
     local m, raw = members[i], raws[i]
     if raw then
@@ -227,12 +355,17 @@ if count > 0 then
       r[P_ATTEMPTS] = r[P_ATTEMPTS] + 1
       local tok = string.format('%d', first + i)
       r[P_TOKEN] = tok
+      r[P_PROG] = false
       -- due: kept from an earlier claim (a reaped task keeps its first due), else the score
       if not r[P_DUE] then r[P_DUE] = lane_due(tonumber(due[2 * i])) end
       hset[#hset + 1] = m
       hset[#hset + 1] = rec_encode(r)
       zadd[#zadd + 1] = expiry
       zadd[#zadd + 1] = m
+      if r[P_PRIO] ~= 0 then
+        relook[#relook + 1] = expiry
+        relook[#relook + 1] = m
+      end
       out[#out + 1] = m
       out[#out + 1] = r[P_PAYLOAD]
       out[#out + 1] = r[P_ATTEMPTS]
@@ -243,10 +376,25 @@ if count > 0 then
     end
   end
   bulk('ZREM', KEYS[1], members)
+  if has_ready then bulk('ZREM', KEYS[13], members) end
   if #hset > 0 then
     bulk('HSET', KEYS[4], hset)
     bulk('ZADD', KEYS[2], zadd)
   end
+  if #relook > 0 then bulk('ZADD', KEYS[12], relook) end
+  if rate_n then
+    local log = {}
+    for j = 7, #out, 7 do
+      log[#log + 1] = now
+      log[#log + 1] = out[j + 4]
+    end
+    if #log > 0 then bulk('ZADD', KEYS[14], log) end
+    redis.call('PEXPIRE', KEYS[14], rate_w)
+  end
+end
+if rate_n and not next_permit and redis.call('ZCARD', KEYS[14]) >= rate_n then
+  local oldest = redis.call('ZRANGE', KEYS[14], 0, 0, 'WITHSCORES')
+  if oldest[2] then next_permit = tonumber(oldest[2]) + rate_w end
 end
 
 -- The earliest due and lease: read again only when this call changed them.
@@ -278,6 +426,12 @@ else
       out[2] = head
     end
   end
+end
+if ready_left or (has_ready and not filtered and redis.call('EXISTS', KEYS[13]) == 1) then out[2] = now end
+-- Throttled: what is due waits for the next permit (no wake-up, no busy claims).
+if next_permit and out[2] ~= -1 and out[2] < next_permit then
+  out[2] = next_permit
+  out[4] = 2
 end
 if claimed or reap_now then l = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES') end
 if l[2] then out[3] = tonumber(l[2]) end

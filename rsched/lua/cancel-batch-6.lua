@@ -1,8 +1,9 @@
--- cancel-batch-5: cancel a page of tasks (`rsched cancel --all`), each as cancel-5
+-- cancel-batch-6: cancel a page of tasks (`rsched cancel --all`), each as cancel-6
 -- does, those in state ARGV[5] only (checked here, by the server's clock).
 --
 -- KEYS[1] sched, KEYS[2] proc, KEYS[3] dead (ZSETs); KEYS[4] tasks (HASH)
 -- KEYS[5] history  STREAM execution records
+-- KEYS[6] ready    ZSET due tasks of a priority other than 0 (_prio.lua)
 -- ARGV[1] maxlen   integer, history cap
 -- ARGV[2] queue    queue name (for the history records)
 -- ARGV[3] channel  the queue's cancel channel (Pub/Sub: not a key)

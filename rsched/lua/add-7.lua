@@ -1,4 +1,4 @@
--- add-5: schedule one or many tasks of one queue, atomically.
+-- add-7: schedule one or many tasks of one queue, atomically.
 --
 -- KEYS[1] sched    ZSET  member -> due (ms)
 -- KEYS[2] proc     ZSET  member -> lease expiry (ms)
@@ -6,18 +6,22 @@
 -- KEYS[4] tasks    HASH  member -> record (see _record.lua); field "#partitions" -> N
 --                        when this (logical) queue is partitioned (see queue/queues.py)
 -- KEYS[5] wake     ZSET  wake-up marker for idle consumers
+-- KEYS[6] prio     ZSET  tasks of a priority other than 0 (see _prio.lua)
+-- KEYS[7] ready    ZSET  due tasks of a priority other than 0, out of sched
 -- ARGV[1] mode     "keep" | "replace" | "error" (what to do with an existing task)
 -- ARGV[2] reply    "tasks" (3 entries per task) | "text" (the same as one string)
 --                  | "counts" ({added, kept, replaced})
 --                  | "one" (one task, with what a kept task's result needs)
 -- ARGV[3] checks   letters: "t" check the keys' types first (a caller does it once
 --                  per connection and queue, not on every call); "p" refuse to add
---                  when the queue is partitioned (the caller assumed it is not)
--- ARGV[4..] groups of 4:
+--                  when the queue is partitioned (the caller assumed it is not); "P"
+--                  the groups are of 5 (with a priority): without it, priority 0
+-- ARGV[4..] groups of 4 (5 with "P"):
 --   member       "TYPE ID"
 --   due          "+N": N ms after the server's now | "N": at epoch ms N (integers)
 --   payload      JSON text
 --   max_attempts integer >= 1, or 0 for "the consumer's default"
+--   (priority)   integer -1000..1000
 -- Returns, for reply "tasks", a flat array of 3 entries per task: status
 -- ("added"|"kept"|"replaced"), state ("scheduled"|"due"|"processing"|"dead"),
 -- due (ms); for reply "text", those entries as one string, separated by single
@@ -36,7 +40,11 @@ local function write_one(now)
   local m, spec, maxa = ARGV[4], ARGV[5], tonumber(ARGV[7])
   local due
   if string.byte(spec, 1) == 43 then due = now + tonumber(string.sub(spec, 2)) else due = tonumber(spec) end
-  if maxa == 0 then
+  local pri = tonumber(ARGV[8] or '0')
+  if pri ~= 0 then
+    redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6], 0, maxa, '', '', cjson.null, 0, pri}))
+    redis.call('ZADD', KEYS[6], due, m)
+  elseif maxa == 0 then
     redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6]}))
   else
     redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6], 0, maxa}))
@@ -66,10 +74,15 @@ end
 --@include _record.lua
 --@include _types.lua
 --@include _bulk.lua
+--@include _prio.lua
 
 local checks = ARGV[3]
 if string.find(checks, 't', 1, true) then
-  local bad = check_types({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset'})
+  local want = {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset'}
+  if string.find(checks, 'P', 1, true) then -- the priority keys: only an add that writes them
+    want[#want + 1] = KEYS[6]; want[#want + 1] = 'zset'; want[#want + 1] = KEYS[7]; want[#want + 1] = 'zset'
+  end
+  local bad = check_types(want)
   if bad then return bad end
 end
 local mode = ARGV[1]
@@ -82,7 +95,8 @@ if partitioned and not one_reply then
   if parts then return {'partitioned', tonumber(parts)} end
 end
 local now = now_ms()
-local n = (#ARGV - 3) / 4
+local G = string.find(checks, 'P', 1, true) and 5 or 4
+local n = (#ARGV - 3) / G
 
 local function where(m, r)
   local s = redis.call('ZSCORE', KEYS[1], m)
@@ -91,6 +105,11 @@ local function where(m, r)
     return 'scheduled', tonumber(s), s
   end
   local d = r[P_DUE] or now
+  s = redis.call('ZSCORE', KEYS[7], m)
+  if s then
+    local rd = ready_due(tonumber(s))
+    return 'due', rd, string.format('%d', rd)
+  end
   s = redis.call('ZSCORE', KEYS[2], m)
   if s then return 'processing', d, s end
   s = redis.call('ZSCORE', KEYS[3], m)
@@ -118,13 +137,14 @@ if one_reply then
     status = 'replaced'
     redis.call('ZREM', KEYS[2], m)
     redis.call('ZREM', KEYS[3], m)
+    redis.call('ZREM', KEYS[7], m)
   end
   return {status, write_one(now), now}
 end
 
 if mode == 'error' then
   for i = 0, n - 1 do
-    local m = ARGV[4 + i * 4]
+    local m = ARGV[4 + i * G]
     local raw = redis.call('HGET', KEYS[4], m)
     if raw then
       local st = where(m, rec_decode(raw))
@@ -133,9 +153,9 @@ if mode == 'error' then
   end
 end
 
-local members, dues, recs = {}, {}, {}
+local members, dues, recs, pris = {}, {}, {}, {}
 for i = 1, n do
-  local b = 4 + (i - 1) * 4
+  local b = 4 + (i - 1) * G
   local m = ARGV[b]
   local spec = ARGV[b + 1]
   local due
@@ -147,14 +167,22 @@ for i = 1, n do
   local maxa = tonumber(ARGV[b + 3])
   members[i] = m
   dues[i] = due
-  if maxa == 0 then recs[i] = cjson.encode({ARGV[b + 2]}) else recs[i] = cjson.encode({ARGV[b + 2], 0, maxa}) end
+  local pri = (G == 5) and tonumber(ARGV[b + 4]) or 0
+  pris[i] = pri
+  if pri ~= 0 then
+    recs[i] = cjson.encode({ARGV[b + 2], 0, maxa, '', '', cjson.null, 0, pri})
+  elseif maxa == 0 then
+    recs[i] = cjson.encode({ARGV[b + 2]})
+  else
+    recs[i] = cjson.encode({ARGV[b + 2], 0, maxa})
+  end
 end
 
 -- One HMGET tells which tasks exist; then one HSET and one ZADD write the rest.
 local existing = bulk('HMGET', KEYS[4], members)
 local out = {}
 local added, kept, replaced = 0, 0, 0
-local hset, zadd, zrem = {}, {}, {}
+local hset, zadd, zrem, pzadd = {}, {}, {}, {}
 local first_due = {} -- member -> due, for a task given twice in one call
 local min_due = nil
 for i = 1, n do
@@ -182,6 +210,10 @@ for i = 1, n do
     hset[#hset + 1] = recs[i]
     zadd[#zadd + 1] = due
     zadd[#zadd + 1] = m
+    if pris[i] ~= 0 then
+      pzadd[#pzadd + 1] = due
+      pzadd[#pzadd + 1] = m
+    end
     first_due[m] = due
     if min_due == nil or due < min_due then min_due = due end
     st, d = (due <= now) and 'due' or 'scheduled', due
@@ -197,10 +229,12 @@ end
 if #zrem > 0 then
   bulk('ZREM', KEYS[2], zrem)
   bulk('ZREM', KEYS[3], zrem)
+  bulk('ZREM', KEYS[7], zrem)
 end
 if #hset > 0 then
   bulk('HSET', KEYS[4], hset)
   bulk('ZADD', KEYS[1], zadd)
+  if #pzadd > 0 then bulk('ZADD', KEYS[6], pzadd) end
 elseif kept > 0 then
   -- Every task was kept: rewrite one record unchanged, so that this call is a
   -- write. A following WAIT then covers the kept tasks (they were written
