@@ -189,7 +189,7 @@ complete -c rsched -n '__rsched_is \'rsched add\'' -s 'h' -l 'help' -d 'Show thi
 complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'embedded' -d 'Start a throwaway server (as `rsched server` would) instead of using --redis-url'
 complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'quick' -d 'Smaller runs (about a minute): 100,000 tasks for the scale check, one repetition'
 complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'repeat' -x -d 'Repetitions; throughput and lateness figures are their medians [default 3; --quick 1]'
-complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'only' -x -d 'Comma-separated sections: enqueue, drain, lateness, cold, idle, scale, locks [default: all]'
+complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'only' -x -d 'Comma-separated sections: enqueue, drain, lateness, cold, idle, scale, locks, app [default: all]'
 complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'partitions' -x -d 'Split the enqueue, drain, lateness, cold and idle queues into N partitions (on Redis Cluster they spread over the primaries; scale measures one queue) [default 1]'
 complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'idle-for' -x -d 'How long the idle section watches an idle consumer and an idle cron runner (each; an idle loop calls Redis about every 10 s, so a shorter window can read 0) [default 20s; --quick 12s]'
 complete -c rsched -n '__rsched_is \'rsched bench\'' -l 'redis-url' -x -d 'The Redis (or any node of a Redis Cluster) to measure; same as the global --redis-url'
