@@ -165,6 +165,8 @@ def run_call(
     t0 = time.monotonic()
     error, timed_out = "", False
     ctl = control or CallControl()
+    if ctl.killed:  # stopped before it started: it does not run at all
+        return CallOutcome(False, _killed_text(ctl.killed), 0, 0.0)
     if is_async(fn):
         error, timed_out = _run_async(fn, arg, timeout_s, ctl)
     elif timeout_s:
