@@ -130,6 +130,31 @@ class CallControl:
             self._pid = self._fut = None
 
 
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _read(fd: int) -> bytes | None:
+    """What the pipe holds (b"": EOF; None: nothing now, on a non-blocking pipe)."""
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return None
+
+
+def _wait_go(fd: int, parent: int) -> bool:
+    """In the child: wait for the worker's go; False when the worker died first."""
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            return os.read(fd, 1) == b"1"
+        if os.getppid() != parent:
+            return False
+
+
 def _kill_group(pid: int, sig: int) -> None:
     for kill in (os.killpg, os.kill):
         try:
@@ -212,6 +237,9 @@ def _run_forked(
     from rsched.runtime import proc
 
     r, w = os.pipe()
+    # The child runs fn only once the worker told it to (after reporting it to the
+    # guardian): a worker killed in between cannot leave it running unknown.
+    go_r, go_w = os.pipe()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -220,6 +248,7 @@ def _run_forked(
     # The worker's guardian (rsched.runtime.proc) kills the child's group if the
     # worker dies (kill -9, OOM) while it runs: it never outlives its worker.
     guard = proc._GUARD.begin()
+    parent = os.getpid()
     with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": we call one fn
         warnings.simplefilter("ignore", DeprecationWarning)
         # SIGTERM held back until the child has its own handler (a terminate() right
@@ -236,10 +265,13 @@ def _run_forked(
         code = 0
         try:
             os.close(r)
+            os.close(go_w)
             os.setpgid(0, 0)
             signal.signal(signal.SIGTERM, _terminated)  # SystemExit: finally blocks run
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if not _wait_go(go_r, parent):
+                os._exit(1)  # the worker died before it could tell its guardian
             fn(arg)
         except BaseException as exc:  # noqa: BLE001
             code = 1
@@ -255,6 +287,8 @@ def _run_forked(
                 pass
             os._exit(code)
     os.close(w)
+    os.close(go_r)
+    pidfd = _pidfd(pid)
     try:
         try:
             os.setpgid(pid, pid)  # (both sides: the kill below must reach the group)
@@ -263,20 +297,34 @@ def _run_forked(
         if guard is not None:
             proc._GUARD.started(guard[0], pid)
         ctl._started(pid=pid)
+        try:
+            os.write(go_w, b"1")
+        except OSError:
+            pass
+        os.close(go_w)
         deadline = time.monotonic() + timeout_s
         chunks: list[bytes] = []
         done = False
+        # The child's exit is seen on its pidfd (Linux): the pipe's EOF alone can come
+        # late, when a sibling forked meanwhile by another worker thread holds a copy
+        # of its write end.
+        watch = [r] if pidfd is None else [r, pidfd]
+        os.set_blocking(r, pidfd is None)
         while not done:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            ready, _, _ = select.select([r], [], [], left)
-            if ready:
-                data = os.read(r, 65536)
+            ready, _, _ = select.select(watch, [], [], left)
+            if r in ready:
+                data = _read(r)
                 if data:
                     chunks.append(data)
-                else:
+                elif data is not None:
                     done = True  # EOF: the child exited (or closed its end on the way out)
+            if pidfd is not None and pidfd in ready:
+                while (data := _read(r)) is not None and data:  # what it wrote before exiting
+                    chunks.append(data)
+                done = True
         if not done:
             _kill_group(pid, signal.SIGKILL)
             ctl._ended()
@@ -289,6 +337,8 @@ def _run_forked(
     finally:
         ctl._ended()
         os.close(r)
+        if pidfd is not None:
+            os.close(pidfd)
         if guard is not None:
             proc._GUARD.end(guard[0])
     code = os.waitstatus_to_exitcode(status)
