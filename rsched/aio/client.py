@@ -23,14 +23,20 @@ On ``redis.asyncio``: ``add``, ``cancel``, ``show`` (the Lua core through
 :mod:`rsched.lua.acalls`). ``list`` and ``queues`` (reads that decode many
 keys) run the synchronous library's code on a worker thread
 (``asyncio.to_thread``) with a client of their own, so their decoding is the
-one the CLI uses. Plain ``redis://``, ``rediss://`` and ``unix://`` URLs; a
-Sentinel or Cluster URL is refused (use the synchronous client there).
+one the CLI uses. Every URL form of the synchronous client
+(:mod:`rsched.aio.conn`): ``redis://``, ``rediss://``, ``unix://``, Redis
+Cluster (``redis+cluster://``, or a plain URL to a node, found out on first
+use) and Sentinel (``redis+sentinel://``). On a cluster each ``add-5`` call
+of a flush goes to its queue's slot (a queue's keys share one hash tag), the
+calls of one flush to every primary concerned in one pipeline round.
 
 Partitioned queues: adds and cancels go to the partition the stored count
 (``queue-config``) says, read once per flush for the queues not known to be
-partitioned (a count > 1 is kept). Partitioning a queue is left to the
-synchronous side (a consumer or an add with ``--partitions``): a queue the
-config file partitions that is not partitioned in Redis yet is refused.
+partitioned (a count > 1 is kept). A queue the config file partitions
+(``[queues.Q] partitions``) that Redis does not know yet is partitioned as the
+synchronous client does it (:func:`rsched.queue.queues.count`, on a worker
+thread, once); a stored count that differs from the config's is refused
+(``ConfigError``), as there.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ class Rsched:
         self._counts: dict[str, int] = {}  # queue -> partitions (> 1 only: kept)
         self._checked: set[str] = set()  # stored queues whose key types add-7 checked
         self._sync: Context | None = None
+        self._ask = False  # ask the server whether it is a cluster node (_ready)
+        self._ask_lock = asyncio.Lock()
         import os
 
         self._by = f"{host_id()} pid {os.getpid()}"
@@ -91,30 +99,27 @@ class Rsched:
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> Rsched:
-        from redis import asyncio as aredis
+        """Every URL form of the synchronous client (:mod:`rsched.aio.conn`): plain,
+        TLS, unix, Redis Cluster, Sentinel."""
+        from rsched.aio.conn import client_for
 
-        from rsched.core.config import check_url
-        from rsched.core.conn import tls_kwargs
+        client, ask = client_for(settings)
+        rs = cls(client, settings.namespace, settings=settings, **kwargs)
+        rs._ask = ask
+        return rs
 
-        url = settings.redis_url
-        check_url(url)
-        if "+sentinel" in url.split("://", 1)[0] or "+cluster" in url.split("://", 1)[0]:
-            raise errors.BadInput(
-                "url", "rsched.aio takes redis://, rediss:// or unix:// URLs (no Sentinel/Cluster)"
-            )
-        kw: dict[str, Any] = dict(
-            decode_responses=True,
-            socket_connect_timeout=settings.connect_timeout_s,
-            socket_timeout=settings.socket_timeout_s,
-        )
-        if settings.password is not None:
-            kw["password"] = settings.password
-        if settings.username is not None:
-            kw["username"] = settings.username
-        if url.startswith("rediss://"):
-            kw.update(tls_kwargs(settings))
-        client = aredis.Redis.from_url(url, **kw)
-        return cls(client, settings.namespace, settings=settings, **kwargs)
+    async def _ready(self) -> None:
+        """On first use with ``cluster = "auto"``: ask the server whether it is a
+        cluster node (and switch to the cluster client if so), once."""
+        if not self._ask:
+            return
+        async with self._ask_lock:
+            if self._ask:
+                from rsched.aio.conn import probe
+
+                assert self.settings is not None
+                self.redis = await probe(self.settings, self.redis)
+                self._ask = False
 
     async def __aenter__(self) -> Rsched:
         return self
@@ -164,14 +169,8 @@ class Rsched:
                     raise
 
     async def _count(self, queue: str) -> int:
-        n = self._counts.get(queue)
-        if n is not None:
-            return n
-        stored = await self.redis.hget(self.keys.queue_config, queue)
-        n = int(stored) if stored is not None else 1
-        if n > 1:
-            self._counts[queue] = n
-        return n
+        await self._ready()
+        return (await self._counts_of({queue}))[queue]
 
     async def _counts_of(self, queues: set[str]) -> dict[str, int]:
         """Each queue's partition count (1: not partitioned, read again every flush:
@@ -187,22 +186,35 @@ class Rsched:
             except Exception as exc:
                 raise map_error(exc) from exc
             for q, stored in zip(ask, got, strict=True):
-                if stored is None and self._wants_partitions(q):
-                    raise errors.ConfigError(
-                        f"queue {q} is configured with partitions (queues.{q}.partitions) but "
-                        "is not partitioned in Redis yet: start its consumers (or add one task "
-                        "with the synchronous client) first"
-                    )
-                n = out[q] = int(stored) if stored is not None else 1
+                want = self._want(q)
+                if stored is None and want is not None and want > 1:
+                    # The config file partitions it, Redis does not know yet: partition it
+                    # as the synchronous client does (its checks: no tasks held
+                    # unpartitioned, no consumers running unpartitioned; first one wins).
+                    from rsched.queue import queues as Q
+
+                    n = await asyncio.to_thread(Q.count, self._ctx(), q, want)
+                else:
+                    n = int(stored) if stored is not None else 1
+                    if want is not None and want != n:
+                        from rsched.queue import queues as Q
+
+                        Q._agree(self, q, want, n)  # type: ignore[arg-type]
+                out[q] = n
                 if n > 1:
                     self._counts[q] = n
         return out
 
-    def _wants_partitions(self, queue: str) -> bool:
+    def _want(self, queue: str) -> int | None:
+        """The config file's ``[queues.Q] partitions`` (checked), None when not set."""
         if self.settings is None:
-            return False
+            return None
         want = self.settings.queue_options(queue).get("partitions")
-        return want is not None and int(want) > 1
+        if want is None:
+            return None
+        from rsched.queue.queues import check_count
+
+        return check_count(want, f"queues.{queue}.partitions")
 
     async def _stored(self, queue: str, task_type: str, task_id: str) -> str:
         n = await self._count(queue)
@@ -213,6 +225,7 @@ class Rsched:
     async def _send(self, batch: builtins.list[tuple[TaskSpec, str, Any]]) -> None:
         from rsched.queue.ops import _args, _results
 
+        await self._ready()
         groups: dict[tuple[str, str], builtins.list[tuple[TaskSpec, Any]]] = {}
         queues = {spec.queue for spec, _, _ in batch}
         counts = await self._counts_of(queues)  # one round trip for the queues of the batch
@@ -244,6 +257,7 @@ class Rsched:
             self._checked.add(q.name)
             flat = reply.split(" ")  # reply "text": "status state due" per task
             for (_, fut), ar in zip(part, _results([s for s, _ in part], flat), strict=True):
+                ar.stored_queue = q.name
                 if not fut.done():
                     fut.set_result(ar)
 
@@ -270,16 +284,23 @@ class Rsched:
         ref = task_ref(task_type, task_id, queue)
         q = self.keys.queue(await self._stored(ref.queue, ref.type, ref.id))
         m = ref.member
+        cluster = _is_cluster(self.redis)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.time()
+        if not cluster:
+            pipe.time()
         pipe.hget(q.tasks, m)
         pipe.zscore(q.sched, m)
         pipe.zscore(q.proc, m)
         pipe.zscore(q.dead, m)
         try:
-            t, raw, s, p, d = await pipe.execute()
+            # (a cluster pipeline takes keyed commands only: TIME on its own)
+            t = await self.redis.time() if cluster else None
+            got = await pipe.execute()
         except Exception as exc:
             raise map_error(exc) from exc
+        if not cluster:
+            t, *got = got
+        raw, s, p, d = got
         if raw is None:
             raise errors.NotFound(f"no task {ref.type} {ref.id} in queue {ref.queue}")
         now = time_reply_ms(t)
@@ -320,6 +341,12 @@ class Rsched:
         from rsched.queue import ops
 
         return await asyncio.to_thread(lambda: ops.queue_stats(self._ctx()))
+
+
+def _is_cluster(client: Any) -> bool:
+    from redis.asyncio.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
 
 
 __all__ = ["Rsched"]

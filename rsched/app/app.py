@@ -4,6 +4,7 @@
 >>> @app.task("order.close", queue="orders", timeout="30s")
 ... def close_order(task): ...
 >>> close_order.delay("1001", delay="30m", payload={"order": 1001})   # -> AddResult
+>>> close_order.at("1002", "2026-12-24T18:00:00Z")                      # the same, at a time
 >>> @app.cron("0 0 2 * * ?", tz="Asia/Shanghai")
 ... def daily_report(run): ...      # run.name, run.fire_at, run.fencing_token, ...
 >>> @app.locked("reindex", ttl="5m")
@@ -11,7 +12,7 @@
 
 Declaring is pure: nothing connects until a task is scheduled, a locked
 function is called or a worker runs. A decorator returns the function itself
-with its scheduling method added (``delay``), so the function stays callable
+with its scheduling methods added (``delay``, ``at``), so the function stays callable
 and picklable as it was.
 
 **Where things run.** ``rsched run worker MODULE:ATTR`` runs one consumer for
@@ -183,7 +184,8 @@ class App:
         lease: Any = None,
     ) -> Callable[[F], F]:
         """Register ``fn(task)`` as the handler of ``task_type``; ``fn.delay(id, delay=None,
-        at=None, payload=None)`` schedules one (returns what ``Rsched.add`` returns)."""
+        at=None, payload=None)`` schedules one, ``fn.at(id, at, payload=None)`` at a time
+        (the same as ``delay(id, at=...)``); both return what ``Rsched.add`` returns."""
         validate.task_type(task_type, "@app.task type")
         validate.queue(queue, "@app.task queue")
         if max_attempts is not None:
@@ -201,7 +203,11 @@ class App:
             ) -> AddResult:
                 return self.add(task_type, task_id, delay=delay, at=at, payload=payload)
 
+            def at(task_id: str, at: Any, payload: Any = None) -> AddResult:
+                return self.add(task_type, task_id, at=at, payload=payload)
+
             fn.delay = delay  # type: ignore[attr-defined]
+            fn.at = at  # type: ignore[attr-defined]
             fn.task_type = task_type  # type: ignore[attr-defined]
             return fn
 

@@ -20,7 +20,7 @@ import pickle
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rsched.core import errors
@@ -54,6 +54,25 @@ def cron_specs(app: App, spec: str, settings: Any) -> list[CronSpec]:
     ]
 
 
+def app_queues(app: App, only: Sequence[str] = ()) -> list[str]:
+    """The queues the app's tasks name, in order; ``only`` (``--queue``, checked):
+    those of them, a queue no task names refused."""
+    queues = list(dict.fromkeys(t.queue for t in app.tasks.values()))
+    if not only:
+        return queues
+    from rsched.consumer.options import check_queues
+
+    picked = check_queues(list(only))
+    for q in picked:
+        if q not in queues:
+            raise errors.BadInput(
+                "--queue",
+                f"no @app.task of the app uses queue {q!r} (its queues: "
+                f"{', '.join(queues) or 'none'})",
+            )
+    return picked
+
+
 def consumer_for(
     app: App,
     rs: Context,
@@ -61,18 +80,22 @@ def consumer_for(
     log: Callable[[str], None] | None = None,
     verbose: int = 0,
     quiet: bool = False,
+    queues: Sequence[str] = (),
+    **options: Any,
 ) -> Consumer | None:
-    """The consumer of the app's tasks (None: the app has none)."""
+    """The consumer of the app's tasks (None: the app has none); ``queues``: only
+    the tasks of these; ``options``: more of :func:`consumer_options`' (``grace_ms``,
+    ``partitions``)."""
     if not app.tasks:
         return None
     from rsched.consumer.handlers import PythonHandler
     from rsched.consumer.loop import Consumer
     from rsched.consumer.options import consumer_options
 
-    queues = list(dict.fromkeys(t.queue for t in app.tasks.values()))
-    opts = consumer_options(rs.settings, queues, concurrency=concurrency)
+    names = app_queues(app, queues)
+    opts = consumer_options(rs.settings, names, concurrency=concurrency, **options)
     per = dict(opts.per_queue)
-    for q in queues:
+    for q in names:
         leases = [t.lease_ms for t in app.tasks.values() if t.queue == q and t.lease_ms]
         if leases:
             per[q] = dataclasses.replace(per[q], lease_ms=max(leases))
@@ -80,6 +103,7 @@ def consumer_for(
     table = {
         t.type: PythonHandler(t.fn, f"{t.fn.__module__}:{t.fn.__qualname__}", t.timeout_ms)
         for t in app.tasks.values()
+        if t.queue in names
     }
     return Consumer(
         rs,

@@ -42,7 +42,7 @@ def settings_for(app: App, redis_url: str | None) -> Settings:
 @click.option(
     "--only",
     metavar="LIST",
-    help="Comma-separated sections: enqueue, drain, lateness, cold, idle, scale, locks "
+    help="Comma-separated sections: enqueue, drain, lateness, cold, idle, scale, locks, app "
     "[default: all].",
 )
 @click.option(

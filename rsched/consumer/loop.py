@@ -176,7 +176,8 @@ class _Held:
         self.handler = handler
         self.claim_mono = claim_mono
         self.claim_server_ms = claim_server_ms
-        self.run: run_handlers.HandlerRun | None = None
+        #: what stops the handler: a command's run, a Python call's control
+        self.run: run_handlers.HandlerRun | pycall.CallControl | None = None
         self.started_mono: float | None = None
         self.cancelled: str | None = None  # "lease lost" | "shutdown" | "cancelled"
         self.result: str | None = None  # ok | failed | timeout | unstarted
@@ -631,7 +632,10 @@ class Consumer:
             return
         if isinstance(handler, PythonHandler):
             limit = handler.timeout_ms or self._by_name[task.queue].opts.timeout_ms
-            done = pycall.run_call(handler.fn, task, limit / 1000 if limit else None)
+            ctl = h.run = pycall.CallControl()  # lease lost, cancel, shutdown stop it
+            if h.cancelled:
+                ctl.kill(h.cancelled)
+            done = pycall.run_call(handler.fn, task, limit / 1000 if limit else None, ctl)
             if done.ok:
                 h.result = "ok"
             else:

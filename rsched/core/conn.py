@@ -277,20 +277,11 @@ def is_cluster(client: Any) -> bool:
 SENTINEL_PREFIXES = ("redis+sentinel://", "rediss+sentinel://")
 
 
-def connect_sentinel(settings: Settings, kwargs: dict[str, Any], check: bool = True) -> Any:
-    """The current master of a Sentinel service (``redis+sentinel://`` URL or
-    ``[redis] sentinels``), with the data nodes' options in ``kwargs``.
-
-    redis-py's SentinelConnectionPool asks the sentinels for the master on each
-    new connection and drops idle connections when the answer changes; a
-    connection error (the old master died) or a READONLY reply (it came back as a
-    replica) closes the connection, so the caller's next command, on a fresh
-    connection, reaches the promoted replica. No retry is hidden here: the
-    callers' own reconnect loops carry on through a failover.
-    """
-    import redis
-    from redis.sentinel import Sentinel
-
+def sentinel_options(
+    settings: Settings, kwargs: dict[str, Any]
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """``(target, node options, sentinel options)`` of a Sentinel URL, the data
+    nodes' options from ``kwargs`` (shared with :mod:`rsched.aio.conn`)."""
     from rsched.core.config import parse_sentinel_url
 
     target = parse_sentinel_url(settings.redis_url)
@@ -313,6 +304,24 @@ def connect_sentinel(settings: Settings, kwargs: dict[str, Any], check: bool = T
         tls = {"ssl": True, **tls_kwargs(settings)}
         node.update(tls)
         sentinel_kw.update(tls)
+    return target, node, sentinel_kw
+
+
+def connect_sentinel(settings: Settings, kwargs: dict[str, Any], check: bool = True) -> Any:
+    """The current master of a Sentinel service (``redis+sentinel://`` URL or
+    ``[redis] sentinels``), with the data nodes' options in ``kwargs``.
+
+    redis-py's SentinelConnectionPool asks the sentinels for the master on each
+    new connection and drops idle connections when the answer changes; a
+    connection error (the old master died) or a READONLY reply (it came back as a
+    replica) closes the connection, so the caller's next command, on a fresh
+    connection, reaches the promoted replica. No retry is hidden here: the
+    callers' own reconnect loops carry on through a failover.
+    """
+    import redis
+    from redis.sentinel import Sentinel
+
+    target, node, sentinel_kw = sentinel_options(settings, kwargs)
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kw)
     client = sentinel.master_for(target.service, db=target.db, **node)
     if check:

@@ -25,6 +25,12 @@ Sections (``only`` picks some):
               queue of scheduled tasks, and Redis memory per scheduled task;
               the claim p50 with priorities (tasks of priorities above and
               below 0 among as many due tasks of priority 0 as the queue's size).
+``app``       the Python application API: ``.delay()`` of an ``@app.task``, one
+              task per call (one round trip each); 1,000 concurrent ``await
+              rs.add()`` from one process (``rsched.aio``, pipelined), in
+              rounds; one ``rsched run worker`` process draining due tasks of a
+              no-op plain function and of a no-op ``async def`` (claim, run,
+              ack, history record included).
 ``locks``     lock hand-over: waiter processes blocked on one lock (the library's
               ``Lock(wait=...)``); each release wakes the next, which takes the
               lock and releases it at once. Hand-over = the waiter holding it
@@ -73,7 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rsched.core.config import Settings
     from rsched.core.keys import QueueKeys
 
-SECTIONS = ("enqueue", "drain", "lateness", "cold", "idle", "scale", "locks")
+SECTIONS = ("enqueue", "drain", "lateness", "cold", "idle", "scale", "locks", "app")
 
 #: What the issue asks of rsched (shown next to the figures; benchmarks, not tests).
 TARGETS: dict[str, tuple[str, float]] = {
@@ -93,11 +99,30 @@ TARGETS: dict[str, tuple[str, float]] = {
     "scale.claim_prio_ratio": ("<=", 1.5),
     "scale.memory_bytes_per_task": ("<=", 250),
     "locks.handover_p99_ms": ("<=", 50),
+    "app.async_add_per_s": (">=", 30_000),
 }
 
 
 def noop(task: Any) -> None:
     """The Python handler the drain and lateness runs use: does nothing."""
+
+
+#: The app the ``app`` section's worker runs (written to the bench's work directory).
+BENCH_APP = """\
+from rsched import App
+
+app = App()
+
+
+@app.task("bench.py", queue="bench-app-py")
+def py(task):
+    pass
+
+
+@app.task("bench.async", queue="bench-app-async")
+async def aio(task):
+    pass
+"""
 
 
 @dataclass
@@ -120,6 +145,12 @@ class Params:
     #: lock hand-over: waiter processes per chain, and chains
     lock_waiters: int = 20
     lock_chains: int = 5
+    #: app: single .delay() calls, rounds of concurrent aio adds, tasks per worker drain
+    app_single_adds: int = 5_000
+    app_async_rounds: int = 20
+    app_async_concurrency: int = 1_000
+    app_drain_tasks: int = 20_000
+    app_concurrency: int = 8
     repeat: int = 3
     #: the bench's queues are split into this many partitions (1: plain queues)
     partitions: int = 1
@@ -141,6 +172,9 @@ class Params:
             scale_samples=300,
             lock_waiters=10,
             lock_chains=2,
+            app_single_adds=2_000,
+            app_async_rounds=5,
+            app_drain_tasks=5_000,
             repeat=1,
         )
 
@@ -448,11 +482,11 @@ class Bench:
                 raise RschedError(f"bench: timed out after {timeout:.0f}s waiting for {what}")
             time.sleep(0.005)
 
-    def _consumer(self, queue: str, *handler_args: str) -> tuple[Any, Path]:
+    def _consumer(
+        self, queue: str, *handler_args: str, loop: Sequence[str] = ("run", "consumer")
+    ) -> tuple[Any, Path]:
         names = self._names(queue)
-        proc = self.procs.spawn(
-            "-q", "run", "consumer", "--queue", queue, *self._part_args(), *handler_args
-        )
+        proc = self.procs.spawn("-q", *loop, "--queue", queue, *self._part_args(), *handler_args)
         # a consumer of a partitioned queue registers in every partition
         k = self.rs.keys.queue(names[-1])
         self._wait(
@@ -567,13 +601,20 @@ class Bench:
 
     # -------------------------------------------------------------- drain
 
-    def _drain(self, queue: str, n: int, task_type: str, handler_args: list[str]) -> list[float]:
+    def _drain(
+        self,
+        queue: str,
+        n: int,
+        task_type: str,
+        handler_args: list[str],
+        loop: Sequence[str] = ("run", "consumer"),
+    ) -> list[float]:
         from rsched.queue import ops as tasks
 
         rates = []
         self._names(queue)  # a partition count is stored before pausing them all
         tasks.pause(self.rs, queue)
-        proc = self._consumer(queue, *handler_args)
+        proc = self._consumer(queue, *handler_args, loop=loop)
         try:
             for _ in range(self.p.repeat):
                 self._fill(queue, n, task_type, delay=None)
@@ -612,6 +653,71 @@ class Bench:
             "command_tasks": self.p.command_tasks,
             "command_concurrency": self.p.concurrency,
             "command_per_s": round(_median(cmd)),
+        }
+
+    # -------------------------------------------------------------- app
+
+    def app(self) -> dict[str, Any]:
+        import asyncio
+
+        from rsched.aio import Rsched as AsyncRsched
+        from rsched.app import App
+
+        p = self.p
+        app = App()
+        app.configure(self.settings)
+
+        @app.task("bench.one", queue="bench-app-add")
+        def one(task: Any) -> None:  # pragma: no cover - never run: only scheduled
+            pass
+
+        self._names("bench-app-add")  # (a partition count stored first, as `add` does)
+        single: list[float] = []
+        for rep in range(p.repeat):
+            t0 = time.perf_counter()
+            for i in range(p.app_single_adds):
+                one.delay(f"{rep}-{i}", delay=60_000)  # type: ignore[attr-defined]
+            single.append(p.app_single_adds / (time.perf_counter() - t0))
+            self._clear_queue("bench-app-add")
+        app.close()
+
+        async def concurrent(rep: int) -> float:
+            ars = AsyncRsched.from_settings(self.settings)
+            try:
+                await ars.add("bench.aio", "warm-up", queue="bench-app-add", delay=60_000)
+                t0 = time.perf_counter()
+                for r in range(p.app_async_rounds):
+                    await asyncio.gather(
+                        *(
+                            ars.add(
+                                "bench.aio", f"{rep}-{r}-{i}", queue="bench-app-add", delay=60_000
+                            )
+                            for i in range(p.app_async_concurrency)
+                        )
+                    )
+                return p.app_async_rounds * p.app_async_concurrency / (time.perf_counter() - t0)
+            finally:
+                await ars.close()
+
+        aio_rates = []
+        for rep in range(p.repeat):
+            aio_rates.append(asyncio.run(concurrent(rep)))
+            self._clear_queue("bench-app-add")
+        Path(self.workdir, "rsched_benchapp.py").write_text(BENCH_APP)
+        worker = ("run", "worker", "rsched_benchapp:app", "--no-crons")
+        conc = ["--concurrency", str(p.app_concurrency)]
+        py = self._drain("bench-app-py", p.app_drain_tasks, "bench.py", conc, loop=worker)
+        aw = self._drain("bench-app-async", p.app_drain_tasks, "bench.async", conc, loop=worker)
+        return {
+            "single_tasks": p.app_single_adds,
+            "single_add_per_s": round(_median(single)),
+            "async_tasks": p.app_async_rounds * p.app_async_concurrency,
+            "async_concurrency": p.app_async_concurrency,
+            "async_add_per_s": round(_median(aio_rates)),
+            "drain_tasks": p.app_drain_tasks,
+            "drain_concurrency": p.app_concurrency,
+            "drain_python_per_s": round(_median(py)),
+            "drain_async_per_s": round(_median(aw)),
         }
 
     # -------------------------------------------------------------- lateness
@@ -1270,6 +1376,10 @@ ROWS: list[tuple[str, str, str]] = [
     ("scale.log_bytes_64k", "Redis memory per kept run log, 64 KiB of output", "bytes"),
     ("locks.handover_p50_ms", "lock hand-over p50: release to waiter", "ms"),
     ("locks.handover_p99_ms", "lock hand-over p99: release to waiter", "ms"),
+    ("app.single_add_per_s", "app: task.delay(), one task per call", "tasks/s"),
+    ("app.async_add_per_s", "app: 1,000 concurrent await rs.add() (aio)", "tasks/s"),
+    ("app.drain_python_per_s", "app: run worker drain, Python no-op", "tasks/s"),
+    ("app.drain_async_per_s", "app: run worker drain, async no-op", "tasks/s"),
 ]
 
 
