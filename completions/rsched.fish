@@ -278,6 +278,7 @@ complete -c rsched -n '__rsched_is \'rsched forget\'' -s 'q' -l 'quiet' -d 'Only
 complete -c rsched -n '__rsched_is \'rsched forget\'' -s 'h' -l 'help' -d 'Show this message and exit'
 complete -c rsched -n '__rsched_is \'rsched history\'' -l 'queue' -x -d 'Task runs of this queue'
 complete -c rsched -n '__rsched_is \'rsched history\'' -l 'failed' -d 'Only failed, timed-out and lost runs'
+complete -c rsched -n '__rsched_is \'rsched history\'' -l 'actions' -d 'The audit trail instead: operator actions from the CLI and the web console'
 complete -c rsched -n '__rsched_is \'rsched history\'' -l 'limit' -x -d 'Newest N records'
 complete -c rsched -n '__rsched_is \'rsched history\'' -l 'format' -x -a 'table plain json' -d 'Output format'
 complete -c rsched -n '__rsched_is \'rsched history\'' -l 'json' -d 'Print JSON (same as --format json)'

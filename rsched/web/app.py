@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from rsched.core import errors
 from rsched.core.text import printable
 from rsched.core.timeutil import human_duration, iso, local_time, relative
+from rsched.tools.audit import Actor
 from rsched.web import console as C
 from rsched.web.security import HEADERS, SESSION_COOKIE, Guard, Who, host_of, is_loopback
 
@@ -175,8 +176,9 @@ def create_app(
 
         return endpoint
 
-    def action(name: str, fn: Callable[[Request, dict[str, Any]], Any]) -> Any:
-        """A POST: authenticated, not --read-only, CSRF-checked, logged with who made it."""
+    def action(name: str, fn: Callable[[Request, dict[str, Any], Actor], Any]) -> Any:
+        """A POST: authenticated, not --read-only, CSRF-checked; the action function
+        records it in the audit trail with who made it (and it is logged)."""
 
         async def endpoint(request: Request) -> Response:
             who = who_of(request)
@@ -203,7 +205,7 @@ def create_app(
             named.update({k: body[k] for k in ("queue", "type", "id") if k in body})
             target = " ".join(f"{k}={printable(str(v))}" for k, v in named.items())
             try:
-                obj = await run_in_threadpool(fn, request, body)
+                obj = await run_in_threadpool(fn, request, body, Actor("web", who.ident, peer))
             except (errors.RschedError, HttpError) as exc:
                 log(f"rsched web: {name} {target} by {who.ident} from {peer}: refused: {exc}")
                 if form:
@@ -373,7 +375,15 @@ def create_app(
         rows = await threaded(
             con.history, qparam(request, "name"), qparam(request, "queue"), limit_of(request, 100)
         )
-        return render(request, "history.html", who, runs=rows, f=request.query_params)
+        audit = await threaded(con.audit, 50)
+        return render(
+            request,
+            "history.html",
+            who,
+            runs=rows,
+            audit=[r.to_json() for r in audit],
+            f=request.query_params,
+        )
 
     async def events_page(request: Request, who: Who) -> Response:
         rows = await threaded(_events, limit_of(request, 100))
@@ -405,6 +415,10 @@ def create_app(
 
             validate.name(name, "name")
         rows = await threaded(con.history, name, queue, limit_of(request, 50, 100_000))
+        return JSONResponse([r.to_json() for r in rows])
+
+    async def api_audit(request: Request, who: Who) -> Response:
+        rows = await threaded(con.audit, limit_of(request, 50, 10_000))
         return JSONResponse([r.to_json() for r in rows])
 
     def _events(limit: int) -> list[Any]:
@@ -450,34 +464,40 @@ def create_app(
 
         return validate.queue(request.path_params["queue"], "queue")
 
-    def cron_switch(pausing: bool) -> Callable[[Request, dict[str, Any]], Any]:
-        return lambda request, body: A.switch(rs, cron_name(request), None, pausing, False)[0]
+    Act = Callable[[Request, dict[str, Any], Actor], Any]
 
-    def queue_switch(pausing: bool) -> Callable[[Request, dict[str, Any]], Any]:
-        return lambda request, body: A.switch(rs, None, queue_name(request), pausing, False)[0]
+    def cron_switch(pausing: bool) -> Act:
+        return lambda request, body, by: A.switch(
+            rs, cron_name(request), None, pausing, False, by=by
+        )[0]
 
-    def trigger(request: Request, body: dict[str, Any]) -> Any:
-        return rs.trigger(cron_name(request))
+    def queue_switch(pausing: bool) -> Act:
+        return lambda request, body, by: A.switch(
+            rs, None, queue_name(request), pausing, False, by=by
+        )[0]
+
+    def trigger(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.trigger(rs, cron_name(request), by=by)
 
     def task_ref_of(body: dict[str, Any]) -> Any:
         from rsched.queue.specs import task_ref
 
         return task_ref(field(body, "type"), field(body, "id"), body.get("queue") or "default")
 
-    def task_retry(request: Request, body: dict[str, Any]) -> Any:
+    def task_retry(request: Request, body: dict[str, Any], by: Actor) -> Any:
         ref = task_ref_of(body)
-        return A.retry(rs, ref.queue, (ref.type, ref.id))[0]
+        return A.retry(rs, ref.queue, (ref.type, ref.id), by=by)[0]
 
-    def task_cancel(request: Request, body: dict[str, Any]) -> Any:
-        return A.cancel(rs, task_ref_of(body))[0]
+    def task_cancel(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.cancel(rs, task_ref_of(body), by=by)[0]
 
-    def dead_retry(request: Request, body: dict[str, Any]) -> Any:
-        return A.retry(rs, queue_name(request), None)[0]
+    def dead_retry(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.retry(rs, queue_name(request), None, by=by)[0]
 
-    def dead_purge(request: Request, body: dict[str, Any]) -> Any:
-        return A.purge_dead(rs, queue_name(request))[0]
+    def dead_purge(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.purge_dead(rs, queue_name(request), by=by)[0]
 
-    def lock_unlock(request: Request, body: dict[str, Any]) -> Any:
+    def lock_unlock(request: Request, body: dict[str, Any], by: Actor) -> Any:
         from rsched.core import validate
 
         name = validate.name(request.path_params["name"], "NAME")
@@ -486,7 +506,7 @@ def create_app(
             token = str(token)
         if not isinstance(token, str) or not token.isascii() or not token.isdigit():
             raise errors.BadInput("token", "is required: the lock's fencing token (digits)")
-        return A.unlock(rs, name, token)[0]
+        return A.unlock(rs, name, token, by=by)[0]
 
     routes = [
         Route("/healthz", healthz),
@@ -506,6 +526,7 @@ def create_app(
         Route("/api/locks", page(api_locks)),
         Route("/api/history", page(api_history)),
         Route("/api/events", page(api_events)),
+        Route("/api/audit", page(api_audit)),
         Route("/api/tasks", page(api_tasks)),
         Route("/api/crons/{name}/pause", action("cron.pause", cron_switch(True)), methods=["POST"]),
         Route(

@@ -199,6 +199,12 @@ class Console:
         got = logs.running(self.rs, name)
         return got[1] if got else None
 
+    def audit(self, limit: int) -> list[Any]:
+        """The newest operator actions (``rsched history --actions``)."""
+        from rsched.tools import audit
+
+        return audit.read(self.rs, limit)
+
     def locks(self, pattern: str | None = None) -> list[Any]:
         from rsched.locks.admin import list_locks
 
