@@ -51,7 +51,7 @@ _rsched_options() {
     'rsched top') echo '--interval --once --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched trigger') echo '--wait --timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched unlock') echo '--token --force --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched web') echo '--host --port --read-only --token-file -v --verbose -q --quiet -h --help' ;;
+    'rsched web') echo '--host --port --read-only --token-file --secure-cookie -v --verbose -q --quiet -h --help' ;;
   esac
 }
 

@@ -498,6 +498,7 @@ complete -c rsched -n '__rsched_is \'rsched web\'' -l 'host' -x -d 'Address to l
 complete -c rsched -n '__rsched_is \'rsched web\'' -l 'port' -x -d 'Port to listen on (1-65535)'
 complete -c rsched -n '__rsched_is \'rsched web\'' -l 'read-only' -d 'Show everything, change nothing: every action answers 403'
 complete -c rsched -n '__rsched_is \'rsched web\'' -l 'token-file' -x -d 'File holding the token that pages and the API need (else $RSCHED_WEB_TOKEN)'
+complete -c rsched -n '__rsched_is \'rsched web\'' -l 'secure-cookie' -d 'Mark the session cookie Secure (behind a TLS-terminating proxy: HTTPS only)'
 complete -c rsched -n '__rsched_is \'rsched web\'' -s 'v' -l 'verbose' -d 'More detail on stderr (same as rsched -v)'
 complete -c rsched -n '__rsched_is \'rsched web\'' -s 'q' -l 'quiet' -d 'Only errors on stderr (same as rsched -q)'
 complete -c rsched -n '__rsched_is \'rsched web\'' -s 'h' -l 'help' -d 'Show this message and exit'

@@ -54,6 +54,8 @@ class WebConfig:
     namespace: str
     #: whether the server listens on loopback only (then Host must be a loopback name)
     loopback: bool = True
+    #: the session cookie gets ``Secure`` (--secure-cookie: behind a TLS proxy)
+    secure_cookie: bool = False
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -128,8 +130,28 @@ def create_app(
     def wants_json(request: Request) -> bool:
         return request.url.path.startswith("/api/")
 
-    def who_of(request: Request) -> Who | None:
-        return guard.who(request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE))
+    def peer_of(request: Request) -> str:
+        return request.client.host if request.client else "?"
+
+    def too_many(request: Request, wait: int) -> Response:
+        message = f"too many failed logins or wrong tokens from this address: retry in {wait}s"
+        resp = fail(request, None, 429, message)
+        resp.headers["Retry-After"] = str(wait)
+        return resp
+
+    def who_of(request: Request) -> Who | Response | None:
+        """The caller; a 429 while its address is over its failures; None when a
+        token is needed and none (or a wrong one) was given."""
+        auth = request.headers.get("authorization") or ""
+        bearer = bool(config.token) and auth[:7].lower() == "bearer "
+        if bearer:
+            wait = guard.retry_after(peer_of(request))
+            if wait is not None:
+                return too_many(request, wait)
+        who = guard.who(auth or None, request.cookies.get(SESSION_COOKIE))
+        if who is None and bearer:
+            guard.failed(peer_of(request))
+        return who
 
     def render(
         request: Request, template: str, who: Who | None, status: int = 200, **ctx: Any
@@ -161,6 +183,8 @@ def create_app(
 
         async def endpoint(request: Request) -> Response:
             who = who_of(request)
+            if isinstance(who, Response):
+                return who
             if who is None:
                 if wants_json(request):
                     return JSONResponse(
@@ -182,6 +206,8 @@ def create_app(
 
         async def endpoint(request: Request) -> Response:
             who = who_of(request)
+            if isinstance(who, Response):
+                return who
             if who is None:
                 return JSONResponse(
                     {"error": "authentication required: Authorization: Bearer TOKEN"},
@@ -200,7 +226,7 @@ def create_app(
             given = request.headers.get("x-csrf-token") or body.get("csrf_token")
             if not guard.csrf_ok(who, given if isinstance(given, str) else None):
                 return fail(request, who, 403, "missing or wrong CSRF token (X-CSRF-Token)")
-            peer = request.client.host if request.client else "?"
+            peer = peer_of(request)
             named = {**request.path_params}
             named.update({k: body[k] for k in ("queue", "type", "id") if k in body})
             target = " ".join(f"{k}={printable(str(v))}" for k, v in named.items())
@@ -279,15 +305,26 @@ def create_app(
     async def login(request: Request) -> Response:
         if not config.token:
             return RedirectResponse("/", status_code=303)
+        peer = peer_of(request)
+        wait = guard.retry_after(peer)
+        if wait is not None:
+            log(f"rsched web: login refused from {peer}: too many failures")
+            return too_many(request, wait)
         given = (await _form(request)).get("token")
         if not isinstance(given, str) or not guard.check_token(given):
-            peer = request.client.host if request.client else "?"
+            guard.failed(peer)
             log(f"rsched web: login refused from {peer}")
             return render(request, "login.html", None, status=401, wrong=True)
         sid, _ = guard.login()
         resp = RedirectResponse("/", status_code=303)
         resp.set_cookie(
-            SESSION_COOKIE, sid, httponly=True, samesite="strict", path="/", max_age=12 * 3600
+            SESSION_COOKIE,
+            sid,
+            httponly=True,
+            samesite="strict",
+            path="/",
+            max_age=12 * 3600,
+            secure=config.secure_cookie,
         )
         return resp
 

@@ -56,3 +56,41 @@ def test_web_and_cli_actions_are_recorded_once_with_who(cli: Cli, rs: Rsched) ->
 def test_history_actions_refuses_a_filter(cli: Cli) -> None:
     res = cli("history", "--actions", "--queue", "q", check=2)
     assert "--actions" in res.stderr
+
+
+def test_failed_logins_and_bearer_tokens_are_rate_limited(cli: Cli) -> None:
+    token = "tok-" + "b" * 24
+    w = start_web(cli, "--secure-cookie", token=token)
+    bad = {"Authorization": "Bearer wrong"}
+    with w.client() as c:
+        for _ in range(5):
+            assert c.post("/login", data={"token": "nope"}).status_code == 401
+        for _ in range(5):
+            assert c.get("/api/queues", headers=bad).status_code == 401
+        # the 11th try from this address, right or wrong, login or bearer: 429
+        for r in (
+            c.get("/api/queues", headers=bad),
+            c.get("/api/queues", headers=w.bearer()),
+            c.post("/api/queues/q/pause", headers=w.bearer()),
+            c.post("/login", data={"token": token}),
+        ):
+            assert r.status_code == 429, r.url
+            assert 1 <= int(r.headers["retry-after"]) <= 60
+            assert "set-cookie" not in r.headers
+    assert "too many failures" in w.log()
+
+
+def test_secure_cookie_and_a_good_login_is_not_counted(cli: Cli) -> None:
+    token = "tok-" + "c" * 24
+    w = start_web(cli, "--secure-cookie", token=token)
+    with w.client() as c:
+        for _ in range(15):  # right tokens never count
+            assert c.get("/api/queues", headers=w.bearer()).status_code == 200
+        r = c.post("/login", data={"token": token})
+        assert r.status_code == 303
+        cookie = r.headers["set-cookie"]
+        assert "; secure" in cookie.lower() and "httponly" in cookie.lower()
+    plain = start_web(cli, token=token)
+    with plain.client() as c:
+        r = c.post("/login", data={"token": token})
+        assert r.status_code == 303 and "secure" not in r.headers["set-cookie"].lower()
