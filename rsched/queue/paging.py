@@ -187,16 +187,19 @@ class _Merge:
         self._done: set[str] = set()
 
     def next(self) -> tuple[_Segment, str, float] | None:
+        if len(self.segs) == 1:  # one stored queue: nothing to merge
+            seg = self.segs[0]
+            buf = self._buf[seg.stored]
+            if not buf and not self._fill(seg, buf):
+                return None
+            m, sc = buf.popleft()
+            self.at[seg.stored] = (sc, m)
+            return seg, m, sc
         best: tuple[float, str, _Segment] | None = None
         for s in self.segs:
             buf = self._buf[s.stored]
-            if not buf and s.stored not in self._done:
-                rows = _rows(self.rs, s, self._read[s.stored], self.chunk)
-                if len(rows) < self.chunk:
-                    self._done.add(s.stored)
-                if rows:
-                    buf.extend(rows)
-                    self._read[s.stored] = (rows[-1][1], rows[-1][0])
+            if not buf:
+                self._fill(s, buf)
             if buf:
                 m, sc = buf[0]
                 k = (s.order(sc), m)
@@ -208,6 +211,19 @@ class _Merge:
         m, sc = self._buf[seg.stored].popleft()
         self.at[seg.stored] = (sc, m)
         return seg, m, sc
+
+    def _fill(self, s: _Segment, buf: deque[tuple[str, float]]) -> bool:
+        """Read the next window of ``s`` into ``buf``: whether it gave rows."""
+        if s.stored in self._done:
+            return False
+        rows = _rows(self.rs, s, self._read[s.stored], self.chunk)
+        if len(rows) < self.chunk:
+            self._done.add(s.stored)
+        if not rows:
+            return False
+        buf.extend(rows)
+        self._read[s.stored] = (rows[-1][1], rows[-1][0])
+        return True
 
 
 def page(rs: Context, query: TaskQuery, cursor: str | None = None) -> Page:
@@ -234,7 +250,7 @@ def page(rs: Context, query: TaskQuery, cursor: str | None = None) -> Page:
     # (segment, member, score, the group's positions after it): one more than a page
     picked: list[tuple[_Segment, str, float, tuple[tuple[str, str], Positions]]] = []
     scanned = 0
-    last: tuple[tuple[str, str], Positions] | None = None
+    last: tuple[tuple[str, str], _Merge] | None = None  # its positions: after the last read
     for ident, segs in groups[start:]:
         merge = _Merge(rs, segs, at, chunk)
         at = {}
@@ -244,9 +260,9 @@ def page(rs: Context, query: TaskQuery, cursor: str | None = None) -> Page:
                 break
             seg, m, sc = got
             scanned += 1
-            last = (ident, dict(merge.at))
+            last = (ident, merge)
             if prefix is None or m.startswith(prefix):
-                picked.append((seg, m, sc, last))
+                picked.append((seg, m, sc, (ident, dict(merge.at))))
             if prefix is not None and scanned >= SCAN_BUDGET:
                 break
         if len(picked) > want or (prefix is not None and scanned >= SCAN_BUDGET):
@@ -258,7 +274,7 @@ def page(rs: Context, query: TaskQuery, cursor: str | None = None) -> Page:
     if more:
         nxt = encode_cursor(*picked[-1][3])
     elif prefix is not None and scanned >= SCAN_BUDGET and last is not None:
-        nxt = encode_cursor(*last)
+        nxt = encode_cursor(last[0], last[1].at)
     return Page(tasks, nxt)
 
 
