@@ -94,3 +94,38 @@ def test_secure_cookie_and_a_good_login_is_not_counted(cli: Cli) -> None:
     with plain.client() as c:
         r = c.post("/login", data={"token": token})
         assert r.status_code == 303 and "secure" not in r.headers["set-cookie"].lower()
+
+
+def test_every_cli_action_is_recorded(cli: Cli, rs: Rsched) -> None:
+    rs.add("mail", "c1", delay="1h")
+    cli("cancel", "mail", "c1")
+    cli("retry", "--all")
+    cli("purge", "--dead", "--older-than", "1h")
+    cli("trigger", "no.runner", check=3)
+    cli("pause", "job.x", "--create")
+    cli("unlock", "nolock", "--token", "5", check=3)
+    cli("retry", "mail", "nope", check=3)  # no such dead task
+    cli("pause", "--queue", "bad name!", check=2)  # bad input: refused before connecting
+    rows = cli.json("history", "--actions")
+    got = [(r["action"], r["result"]) for r in reversed(rows)]
+    assert got == [
+        ("task.cancel", "done"),
+        ("dead.retry", "done"),
+        ("dead.purge", "done"),
+        ("cron.trigger", "refused"),
+        ("cron.pause", "done"),
+        ("lock.unlock", "refused"),
+        ("task.retry", "refused"),
+    ]
+    by = {r["action"]: r for r in rows}
+    assert by["task.cancel"]["target"] == {
+        "queue": "default",
+        "type": "mail",
+        "id": "c1",
+        "was": "scheduled",
+    }
+    assert by["dead.retry"]["target"] == {"queue": None, "count": 0}
+    assert by["dead.purge"]["target"] == {"queue": None, "older_than_ms": 3_600_000, "count": 0}
+    assert by["task.retry"]["target"] == {"queue": "default", "type": "mail", "id": "nope"}
+    assert "no.runner" in by["cron.trigger"]["reason"]
+    assert all(r["who"]["via"] == "cli" for r in rows)
