@@ -4,7 +4,9 @@ Every ``/api/...`` GET answers with exactly what the CLI's ``--json`` prints
 (the domain's ``to_json``; :mod:`rsched.tools.actions` for the actions), and
 every action goes through the same library call as its CLI command. GET never
 changes anything; an action is a POST (JSON or a form; a form is answered
-with a redirect back to the page it came from) and is logged with who made it.
+with a redirect back to the page it came from), is logged with who made it,
+and is recorded in the audit trail by its action function
+(:mod:`rsched.tools.audit`: ``/api/audit`` and the History page show it).
 """
 
 from __future__ import annotations
