@@ -85,7 +85,9 @@ def unlock(
     """Release lock ``name`` (only if its fencing token is ``token``, unless
     ``force``): ``({"name", "released": true, "token": N}, note)``. NotFound
     when it is not held, Conflict when the token differs."""
-    target: dict[str, Any] = {"lock": name, "token": token, "force": force}
+    target: dict[str, Any] = {"lock": name, "token": token}
+    if force:
+        target["force"] = True
     with recording(rs, "lock.unlock", target, by):
         return _unlock(rs, name, token, force)
 

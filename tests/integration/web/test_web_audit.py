@@ -35,7 +35,7 @@ def test_web_and_cli_actions_are_recorded_once_with_who(cli: Cli, rs: Rsched) ->
     assert pause["reason"] is None and pause["at_ms"] >= before - 1000
     assert pause["at"].endswith("Z")
     assert unlock["result"] == "refused" and "nolock" in unlock["reason"]
-    assert unlock["target"]["lock"] == "nolock"
+    assert unlock["target"] == {"lock": "nolock", "token": "7"}
     assert resume["who"] == {"via": "cli", "user": getpass.getuser(), "addr": socket.gethostname()}
     assert resume["result"] == "done" and resume["target"] == {"queue": "mail"}
     # the web shows the same records; no token anywhere in them
