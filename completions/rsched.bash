@@ -25,7 +25,7 @@ _rsched_options() {
     'rsched events') echo '-n --limit -f --follow --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched exec') echo '--lock --ttl --once-per --tz --dialect --if-locked --wait-timeout --timeout --on-lock-lost --wait-replicas --wait-replicas-timeout --alert-command --alert-url -h --help' ;;
     'rsched forget') echo '--force --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched history') echo '--queue --failed --limit --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched history') echo '--queue --failed --actions --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched list') echo '--queue --state --type --limit --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched locks') echo '--format --json -v --verbose -q --quiet -h --help' ;;
     'rsched logs') echo '--queue --run -f --follow --all --format --json -h --help' ;;
@@ -51,7 +51,7 @@ _rsched_options() {
     'rsched top') echo '--interval --once --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched trigger') echo '--wait --timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched unlock') echo '--token --force --format --json -v --verbose -q --quiet -h --help' ;;
-    'rsched web') echo '--host --port --read-only --token-file -v --verbose -q --quiet -h --help' ;;
+    'rsched web') echo '--host --port --read-only --token-file --secure-cookie -v --verbose -q --quiet -h --help' ;;
   esac
 }
 

@@ -29,7 +29,7 @@ from rsched.cli.params import (
 )
 from rsched.cli.render import emit_json, record, table
 from rsched.core.errors import BadInput, ConfigError, ExitCode, RedisFull
-from rsched.core.timeutil import human_duration, local_time, show
+from rsched.core.timeutil import human_duration, iso, local_time, show
 
 _CMD = click.argument("command", nargs=-1, required=False, metavar="-- CMD...")
 
@@ -660,6 +660,7 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
     """
     from rsched.core.timeutil import parse_duration
     from rsched.cron import trigger as trig
+    from rsched.tools import actions
 
     if timeout is not None and not wait:
         raise BadInput("--timeout", "is how long --wait waits: give --wait too")
@@ -669,7 +670,7 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
         tok = f", token {out['token']}" if out.get("token") is not None else ""
         app.info(f"cron {name}: run taken by {out.get('host')}{tok}")
 
-    out = trig.trigger(app.rs, name, wait=wait, timeout_ms=timeout_ms, on_taken=taken)
+    out = actions.trigger(app.rs, name, wait=wait, timeout_ms=timeout_ms, on_taken=taken)
     if app.json:
         emit_json(out)
     elif wait:
@@ -692,6 +693,11 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
 @click.option("--queue", metavar="Q", callback=queue_cb, help="Task runs of this queue.")
 @click.option("--failed", is_flag=True, help="Only failed, timed-out and lost runs.")
 @click.option(
+    "--actions",
+    is_flag=True,
+    help="The audit trail instead: operator actions from the CLI and the web console.",
+)
+@click.option(
     "--limit",
     type=AsciiIntRange(1, 100_000),
     default=50,
@@ -700,17 +706,33 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
 )
 @output_options
 @pass_app
-def history(app: App, name: str | None, queue: str | None, failed: bool, limit: int) -> None:
+def history(
+    app: App, name: str | None, queue: str | None, failed: bool, actions: bool, limit: int
+) -> None:
     """Execution records of cron fires, `exec` runs and task runs, newest first.
 
     NAME is a cron or an `exec` lock; no NAME merges every cron, lock and queue.
     RESULT: ok, failed, timeout, lost, skipped, missed, or cancelled (a task
     removed by `rsched cancel` while its handler ran).
+
+    With --actions: the audit trail, one record per operator action (pause,
+    resume, trigger, retry, purge, cancel, unlock; from the CLI or `rsched
+    web`): AT, ACTION, TARGET, BY (OS user; or bearer, session:HASH, local),
+    FROM (host or client address), VIA (cli, web), RESULT (done, refused) and
+    the REASON of a refusal. --json: {"id", "at", "at_ms", "action", "target",
+    "who": {"via", "user", "addr"}, "result", "reason"}.
     """
     from rsched.tools import history as hist
 
     if name and queue:
         raise BadInput("--queue", "give NAME or --queue, not both")
+    if actions and (name or queue or failed):
+        raise BadInput(
+            "--actions", "lists every operator action: give no NAME, --queue or --failed"
+        )
+    if actions:
+        _audit(app, limit)
+        return
     rs = app.rs
     rows = hist.read(rs, name, queue=queue, failed=failed, limit=limit)
     now = rs.now_ms() if rows and app.fmt != "json" else 0
@@ -756,6 +778,32 @@ def history(app: App, name: str | None, queue: str | None, failed: bool, limit: 
         app.fmt,
         to_json=lambda r: r.to_json(),
         empty="no records",
+    )
+
+
+def _audit(app: App, limit: int) -> None:
+    from rsched.tools import audit
+
+    rows = audit.read(app.rs, min(limit, audit.AUDIT_MAXLEN))
+
+    def target(r: Any) -> str:
+        return " ".join(f"{k}={v}" for k, v in sorted(r.target.items()) if v is not None)
+
+    table(
+        rows,
+        [
+            ("AT", lambda r: iso(r.at_ms)),
+            ("ACTION", lambda r: r.action),
+            ("TARGET", target),
+            ("BY", lambda r: r.who.get("user")),
+            ("FROM", lambda r: r.who.get("addr")),
+            ("VIA", lambda r: r.who.get("via")),
+            ("RESULT", lambda r: r.result),
+            ("REASON", lambda r: r.reason),
+        ],
+        app.fmt,
+        to_json=lambda r: r.to_json(),
+        empty="no actions recorded",
     )
 
 

@@ -75,8 +75,15 @@ def _listen(host: str, port: int) -> socket.socket:
     metavar="F",
     help=f"File holding the token that pages and the API need (else ${TOKEN_ENV}).",
 )
+@click.option(
+    "--secure-cookie",
+    is_flag=True,
+    help="Mark the session cookie Secure (behind a TLS-terminating proxy: HTTPS only).",
+)
 @pass_app
-def web(app: App, host: str, port: int, read_only: bool, token_file: str | None) -> None:
+def web(
+    app: App, host: str, port: int, read_only: bool, token_file: str | None, secure_cookie: bool
+) -> None:
     """The web console: queues, crons, locks, history and events, with actions.
 
     Needs the web extra (pip install 'rsched[web]'; without it: exit 78).
@@ -85,6 +92,13 @@ def web(app: App, host: str, port: int, read_only: bool, token_file: str | None)
     78. With a token, pages and /api need `Authorization: Bearer TOKEN` or the
     session cookie of the login form; an action (a POST) needs the bearer token
     or the page's CSRF token. /api/... answers with the CLI's --json objects.
+
+    Ten failed logins or wrong bearer tokens within a minute from one client
+    address: that address gets 429 (with Retry-After) until a minute after the
+    oldest. The address is the TCP peer's (X-Forwarded-For is not believed), so
+    behind a reverse proxy its clients share that budget; there, with TLS at
+    the proxy, give --secure-cookie. Every action is recorded in the audit
+    trail (rsched history --actions; /api/audit).
     """
     from rsched.core.config import strip_password
     from rsched.web import require
@@ -116,6 +130,7 @@ def web(app: App, host: str, port: int, read_only: bool, token_file: str | None)
                 redis_shown=shown,
                 namespace=settings.namespace,
                 loopback=is_loopback(host),
+                secure_cookie=secure_cookie,
             ),
             log=app.log,
             config_crons=settings.crons,
@@ -134,6 +149,9 @@ def web(app: App, host: str, port: int, read_only: bool, token_file: str | None)
                 access_log=False,
                 server_header=False,
                 lifespan="off",
+                # the client address is the TCP peer's: X-Forwarded-* would let any
+                # client choose the address its failures and audit records count under
+                proxy_headers=False,
             )
         )
         server.run(sockets=[sock])

@@ -65,6 +65,7 @@ read it again. :func:`due_of_score` turns a score back into the due time.
     {ns}:queue-config          HASH  queue -> partition count (written on first use)
     {ns}:alert-sinks           HASH  sink id -> its definition without secrets (JSON), for
                                      `rsched events` to know each sink's events and match
+    {ns}:audit                 STREAM operator actions (who, what, done/refused; capped)
     {ns}:alert-stats           HASH  "SINK_ID OUTCOME" -> deliveries (delivered | failed |
                                      retried: an attempt that failed and will be retried)
 
@@ -431,6 +432,11 @@ class Keys:
     def alert_stats(self) -> str:
         """HASH "SINK_ID OUTCOME" -> deliveries by outcome (``rsched metrics``)."""
         return f"{self.ns}:alert-stats"
+
+    @property
+    def audit(self) -> str:
+        """STREAM of operator actions, capped (``rsched history --actions``; tools/audit.py)."""
+        return f"{self.ns}:audit"
 
     @property
     def locks(self) -> str:

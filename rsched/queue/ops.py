@@ -441,7 +441,8 @@ def _hash(reply: Any) -> dict[str, Any]:
 
 def _stored_names(rs: Context, queues: list[str]) -> list[str]:
     """Queues -> the stored queues behind them (partitions in order)."""
-    return [name for q in queues for name in P.names(rs, q)]
+    stored = P.names_many(rs, queues)
+    return [name for q in queues for name in stored[q]]
 
 
 def _runs(globs: set[str], task_type: str) -> bool:
@@ -450,46 +451,67 @@ def _runs(globs: set[str], task_type: str) -> bool:
     return any(g == "*" or fnmatch.fnmatchcase(task_type, g) for g in globs)
 
 
+#: Commands per partition in queue_stats' first round trip.
+ROW = 11
+
+
 def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats]:
     """One row per queue; a partitioned queue's partitions summed into its row.
 
-    Two pipelined round trips: the counts, the lanes of parked types and the live
-    consumers' registered types, then per parked type its count and oldest task
-    (tasks a consumer could not run; see rsched/core/keys.py)."""
+    One pipelined round trip of 11 commands per partition (``ROW``): the counts,
+    the lowest score, the next due task, the live consumers, the pause switch,
+    the due tasks of a priority other than 0 (``ready``) and the rate limit.
+    Only a partition whose lowest score is below 0 holds parked tasks (tasks a
+    consumer could not run; see rsched/core/keys.py): for those alone, two more
+    round trips read the lanes of parked types, the live consumers' registered
+    types and the oldest unparked task, then per parked type its count and
+    oldest task."""
     names = queues if queues is not None else known_queues(rs)
-    stored = {name: P.names(rs, name) for name in names}
+    stored = P.names_many(rs, names)
+    flat = [part for name in names for part in stored[name]]
     now = rs.now_ms()
     pipe = rs.redis.pipeline(transaction=False)
-    for name in names:
-        for part in stored[name]:
-            q = rs.keys.queue(part)
-            cmd = pipe.execute_command
-            cmd("ZCARD", q.sched)
-            cmd("ZCOUNT", q.sched, "-inf", now)
-            cmd("ZCARD", q.proc)
-            cmd("ZCOUNT", q.proc, "-inf", now)
-            cmd("ZCARD", q.dead)
-            cmd("ZRANGEBYSCORE", q.sched, 0, "+inf", "LIMIT", 0, 1, "WITHSCORES")
-            cmd("ZRANGEBYSCORE", q.sched, f"({now}", "+inf", "LIMIT", 0, 1, "WITHSCORES")
-            cmd("ZRANGEBYSCORE", q.consumers, f"({now}", "+inf")
-            cmd("EXISTS", q.paused)
-            cmd("HGETALL", q.lanes)
-            cmd("HGETALL", q.handles)
-            cmd("ZCARD", q.ready)
-            cmd("GET", q.ratelimit)
-    res = _exec(pipe) if names else []
-    for j in range(0, len(res), 13):
-        res[j + 5], res[j + 6] = _scored(res[j + 5]), _scored(res[j + 6])
-        res[j + 9], res[j + 10] = _hash(res[j + 9]), _hash(res[j + 10])
-    # Round two: every parked type's count and oldest task.
-    lanes_of: list[list[tuple[str, int]]] = []
+    for part in flat:
+        q = rs.keys.queue(part)
+        cmd = pipe.execute_command
+        cmd("ZCARD", q.sched)
+        cmd("ZCOUNT", q.sched, "-inf", now)
+        cmd("ZCARD", q.proc)
+        cmd("ZCOUNT", q.proc, "-inf", now)
+        cmd("ZCARD", q.dead)
+        cmd("ZRANGE", q.sched, 0, 0, "WITHSCORES")
+        cmd("ZRANGEBYSCORE", q.sched, f"({now}", "+inf", "LIMIT", 0, 1, "WITHSCORES")
+        cmd("ZRANGEBYSCORE", q.consumers, f"({now}", "+inf")
+        cmd("EXISTS", q.paused)
+        cmd("ZCARD", q.ready)
+        cmd("GET", q.ratelimit)
+    res = _exec(pipe) if flat else []
+    rows = [res[ROW * j : ROW * j + ROW] for j in range(len(flat))]
+    for row in rows:
+        row[5], row[6] = _scored(row[5]), _scored(row[6])
+    # Partitions with parked tasks: their lanes, consumers' types, oldest unparked task.
+    parked_parts = [j for j, row in enumerate(rows) if row[5] and row[5][0][1] < 0]
+    lanes_of: list[list[tuple[str, int]]] = [[] for _ in flat]
+    handles_of: list[dict[str, Any]] = [{} for _ in flat]
+    for row in rows:
+        row.append(row[5] if row[5] and row[5][0][1] >= 0 else [])  # [ROW]: oldest unparked
+    if parked_parts:
+        pipe = rs.redis.pipeline(transaction=False)
+        for j in parked_parts:
+            q = rs.keys.queue(flat[j])
+            pipe.execute_command("HGETALL", q.lanes)
+            pipe.execute_command("HGETALL", q.handles)
+            pipe.execute_command("ZRANGEBYSCORE", q.sched, 0, "+inf", "LIMIT", 0, 1, "WITHSCORES")
+        got = _exec(pipe)
+        for n, j in enumerate(parked_parts):
+            lanes_of[j] = [(t, int(v)) for t, v in _hash(got[3 * n]).items() if t != "#"]
+            handles_of[j] = _hash(got[3 * n + 1])
+            rows[j][ROW] = _scored(got[3 * n + 2])
+    # Every parked type's count and oldest task.
     pipe = rs.redis.pipeline(transaction=False)
-    flat = [part for name in names for part in stored[name]]
     for j, part in enumerate(flat):
         sched_key = rs.keys.queue(part).sched
-        lanes = [(t, int(v)) for t, v in res[13 * j + 9].items() if t != "#"]
-        lanes_of.append(lanes)
-        for _, lane in lanes:
+        for _, lane in lanes_of[j]:
             lo, hi = K.lane_bounds(lane)
             pipe.execute_command("ZCOUNT", sched_key, lo, hi)
             pipe.execute_command("ZRANGEBYSCORE", sched_key, lo, hi, "LIMIT", 0, 1, "WITHSCORES")
@@ -508,15 +530,13 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
         unrunnable_types: set[str] = set()
         rate_text, throttled = None, False
         for _ in stored[name]:
-            t, d, pr, st, de, first, nxt, live, pa, _lanes, handles, rd, rl = res[
-                13 * i : 13 * i + 13
-            ]
+            t, d, pr, st, de, _lowest, nxt, live, pa, rd, rl, first = rows[i]
             if rl:
                 n_w_text = rl.split(" ", 2)
                 rate_text = n_w_text[2]
                 throttled = throttled or _throttled(rs, part_names[i], n_w_text, now)
             t, d = t + rd, d + rd  # due tasks of a priority other than 0 (out of sched)
-            lanes = lanes_of[i]
+            lanes, handles = lanes_of[i], handles_of[i]
             i += 1
             total, due, proc, stale, dead = total + t, due + d, proc + pr, stale + st, dead + de
             if first and first[0][1] <= now:

@@ -170,6 +170,28 @@ def names(rs: Context, queue: str, want: int | None = None) -> list[str]:
     return [queue] if n == 1 else [K.partition_name(queue, i) for i in range(n)]
 
 
+def names_many(rs: Context, queues: list[str]) -> dict[str, list[str]]:
+    """:func:`names` of many queues with one read of ``queue-config`` (HGETALL;
+    none when every count is cached) instead of one HGET per queue: listings
+    of every queue (``rsched queues``, the console's overview, history)."""
+    cache = _cache(rs)
+    stored: dict[str, Any] = {}
+    if any(q not in cache for q in queues):
+        reply = rs.redis.execute_command("HGETALL", rs.keys.queue_config)
+        if isinstance(reply, dict):
+            stored = reply
+        elif reply:  # RESP2's flat list (the one-shot client of rsched.core.resp)
+            stored = dict(zip(reply[0::2], reply[1::2], strict=True))
+    out = {}
+    for q in queues:
+        got = cache.get(q) or int(stored.get(q) or 1)
+        if got > 1:
+            cache[q] = got
+        _agree(rs, q, _want(rs, q, None), got)
+        out[q] = [q] if got == 1 else [K.partition_name(q, i) for i in range(got)]
+    return out
+
+
 def of_task(rs: Context, queue: str, task_type: str, task_id: str, want: int | None = None) -> str:
     """The stored queue that holds (or will hold) task TYPE ID of ``queue``."""
     n = count(rs, queue, want)

@@ -4,6 +4,10 @@
 ``rsched web``'s ``/api/...`` endpoints answer with the same objects: one
 function builds each, so the two surfaces cannot drift apart. Each returns the
 JSON object and, where the CLI says something to a person, the sentence.
+
+Each action (switch, trigger, unlock, cancel, retry, purge_dead) leaves one
+audit record (:mod:`rsched.tools.audit`), done or refused, naming ``by``: the
+web console passes its caller; the CLI's default is the OS user at this host.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rsched.core.errors import BadInput, Conflict, NotFound
+from rsched.core.errors import BadInput, Conflict, NotFound, RschedError
+from rsched.tools.audit import Actor, cli_actor, record, recording, refusal
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.api import Rsched
@@ -20,13 +25,29 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def switch(
-    rs: Rsched, name: str | None, queue: str | None, pausing: bool, create: bool
+    rs: Rsched,
+    name: str | None,
+    queue: str | None,
+    pausing: bool,
+    create: bool,
+    by: Actor | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Pause or resume a cron (``name``) or a queue: ``(json, note)``.
 
     JSON: ``{"name"|"queue", "paused", "known"}`` when pausing (known: whether a
     runner registered the cron, or the queue existed), ``{..., "was_paused"}``
     when resuming."""
+    verb = "pause" if pausing else "resume"
+    if queue is not None:
+        with recording(rs, f"queue.{verb}", {"queue": queue}, by):
+            return _switch(rs, name, queue, pausing, create)
+    with recording(rs, f"cron.{verb}", {"cron": name}, by):
+        return _switch(rs, name, queue, pausing, create)
+
+
+def _switch(
+    rs: Rsched, name: str | None, queue: str | None, pausing: bool, create: bool
+) -> tuple[dict[str, Any], str]:
     obj: dict[str, Any]
     if queue is not None:
         from rsched.queue import ops as tasks
@@ -59,11 +80,19 @@ def switch(
 
 
 def unlock(
-    rs: Rsched, name: str, token: str | None, force: bool = False
+    rs: Rsched, name: str, token: str | None, force: bool = False, by: Actor | None = None
 ) -> tuple[dict[str, Any], str]:
     """Release lock ``name`` (only if its fencing token is ``token``, unless
     ``force``): ``({"name", "released": true, "token": N}, note)``. NotFound
     when it is not held, Conflict when the token differs."""
+    target: dict[str, Any] = {"lock": name, "token": token}
+    if force:
+        target["force"] = True
+    with recording(rs, "lock.unlock", target, by):
+        return _unlock(rs, name, token, force)
+
+
+def _unlock(rs: Rsched, name: str, token: str | None, force: bool) -> tuple[dict[str, Any], str]:
     from rsched.locks.admin import unlock as do_unlock
 
     try:
@@ -139,13 +168,16 @@ def next_ticks(sched: Any, count: int, after_ms: int | None = None) -> list[dict
     return rows
 
 
-def cancel(rs: Rsched, ref: TaskRef) -> tuple[dict[str, Any], str]:
+def cancel(rs: Rsched, ref: TaskRef, by: Actor | None = None) -> tuple[dict[str, Any], str]:
     """Cancel one task (``ref`` validated by :func:`rsched.queue.specs.task_ref`, before
     anything connects): ``({"type", "id", "queue", "cancelled": true, "was": STATE}, note)``."""
     from rsched.queue import ops as tasks
 
     task_type, task_id, queue = ref.type, ref.id, ref.queue
-    was = tasks.cancel_ref(rs, ref)
+    target = {"queue": queue, "type": task_type, "id": task_id}
+    with recording(rs, "task.cancel", target, by) as extra:
+        was = tasks.cancel_ref(rs, ref)
+        extra["was"] = was
     note = "; its handler is being stopped" if was == "processing" else ""
     return (
         {"type": task_type, "id": task_id, "queue": queue, "cancelled": True, "was": was},
@@ -165,7 +197,7 @@ def check_retry(queue: str | None, task: tuple[str, str] | None) -> None:
 
 
 def retry(
-    rs: Rsched, queue: str | None, task: tuple[str, str] | None
+    rs: Rsched, queue: str | None, task: tuple[str, str] | None, by: Actor | None = None
 ) -> tuple[dict[str, Any], str]:
     """Move dead task ``task`` (TYPE, ID), or every dead task of ``queue`` (or of
     every queue) when None, back to due: ``({"retried": N}, note)``. Checked by
@@ -173,18 +205,53 @@ def retry(
     from rsched.queue import ops as tasks
 
     if task is None:
-        n = tasks.retry_all(rs, queue)
+        with recording(rs, "dead.retry", {"queue": queue}, by) as extra:
+            n = extra["count"] = tasks.retry_all(rs, queue)
     else:
-        n = tasks.retry(rs, queue or "default", [task])
+        target = {"queue": queue or "default", "type": task[0], "id": task[1]}
+        with recording(rs, "task.retry", target, by) as extra:
+            n = extra["count"] = tasks.retry(rs, queue or "default", [task])
     return {"retried": n}, f"retried {n}"
 
 
 def purge_dead(
-    rs: Rsched, queue: str | None, older_than_ms: int | None = None
+    rs: Rsched, queue: str | None, older_than_ms: int | None = None, by: Actor | None = None
 ) -> tuple[dict[str, Any], str]:
     """Delete dead tasks (of ``queue``, dead longer than ``older_than_ms``):
     ``({"purged": N}, note)``."""
     from rsched.queue import ops as tasks
 
-    n = tasks.purge_dead(rs, queue, older_than_ms)
+    target = {"queue": queue, "older_than_ms": older_than_ms}
+    with recording(rs, "dead.purge", target, by) as extra:
+        n = extra["count"] = tasks.purge_dead(rs, queue, older_than_ms)
     return {"purged": n}, f"purged {n}"
+
+
+def trigger(
+    rs: Rsched,
+    name: str,
+    wait: bool = False,
+    timeout_ms: int | None = None,
+    on_taken: Callable[[dict[str, Any]], None] | None = None,
+    by: Actor | None = None,
+) -> dict[str, Any]:
+    """Run cron ``name`` now (:func:`rsched.cron.trigger.trigger`): what it returns.
+    The audit record is written when a runner took the run (before ``wait``
+    waits for its end), or when the request was refused."""
+    from rsched.cron import trigger as trig
+
+    who = by or cli_actor()
+    taken_by: list[dict[str, Any]] = []
+
+    def taken(out: dict[str, Any]) -> None:
+        record(rs, "cron.trigger", {"cron": name, "token": out.get("token")}, who)
+        taken_by.append(out)
+        if on_taken is not None:
+            on_taken(out)
+
+    try:
+        return trig.trigger(rs, name, wait=wait, timeout_ms=timeout_ms, on_taken=taken)
+    except RschedError as exc:
+        if not taken_by and refusal(exc):
+            record(rs, "cron.trigger", {"cron": name}, who, "refused", str(exc))
+        raise

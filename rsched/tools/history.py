@@ -148,7 +148,8 @@ def streams_for(rs: Rsched, name: str | None = None, queue: str | None = None) -
     crons, locks, queues = pipe.execute()
     keys = [rs.keys.cron(n).history for n in sorted(crons)]
     keys += [rs.keys.lock(n).history for n in sorted(locks)]
-    keys += [rs.keys.queue(p).history for q in sorted(queues) for p in partitions.names(rs, q)]
+    stored = partitions.names_many(rs, sorted(queues))
+    keys += [rs.keys.queue(p).history for q in sorted(queues) for p in stored[q]]
     return keys
 
 

@@ -4,7 +4,9 @@ Every ``/api/...`` GET answers with exactly what the CLI's ``--json`` prints
 (the domain's ``to_json``; :mod:`rsched.tools.actions` for the actions), and
 every action goes through the same library call as its CLI command. GET never
 changes anything; an action is a POST (JSON or a form; a form is answered
-with a redirect back to the page it came from) and is logged with who made it.
+with a redirect back to the page it came from), is logged with who made it,
+and is recorded in the audit trail by its action function
+(:mod:`rsched.tools.audit`: ``/api/audit`` and the History page show it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from starlette.staticfiles import StaticFiles
 from rsched.core import errors
 from rsched.core.text import printable
 from rsched.core.timeutil import human_duration, iso, local_time, relative
+from rsched.tools.audit import Actor
 from rsched.web import console as C
 from rsched.web.security import HEADERS, SESSION_COOKIE, Guard, Who, host_of, is_loopback
 
@@ -53,6 +56,8 @@ class WebConfig:
     namespace: str
     #: whether the server listens on loopback only (then Host must be a loopback name)
     loopback: bool = True
+    #: the session cookie gets ``Secure`` (--secure-cookie: behind a TLS proxy)
+    secure_cookie: bool = False
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -127,8 +132,28 @@ def create_app(
     def wants_json(request: Request) -> bool:
         return request.url.path.startswith("/api/")
 
-    def who_of(request: Request) -> Who | None:
-        return guard.who(request.headers.get("authorization"), request.cookies.get(SESSION_COOKIE))
+    def peer_of(request: Request) -> str:
+        return request.client.host if request.client else "?"
+
+    def too_many(request: Request, wait: int) -> Response:
+        message = f"too many failed logins or wrong tokens from this address: retry in {wait}s"
+        resp = fail(request, None, 429, message)
+        resp.headers["Retry-After"] = str(wait)
+        return resp
+
+    def who_of(request: Request) -> Who | Response | None:
+        """The caller; a 429 while its address is over its failures; None when a
+        token is needed and none (or a wrong one) was given."""
+        auth = request.headers.get("authorization") or ""
+        bearer = bool(config.token) and auth[:7].lower() == "bearer "
+        if bearer:
+            wait = guard.retry_after(peer_of(request))
+            if wait is not None:
+                return too_many(request, wait)
+        who = guard.who(auth or None, request.cookies.get(SESSION_COOKIE))
+        if who is None and bearer:
+            guard.failed(peer_of(request))
+        return who
 
     def render(
         request: Request, template: str, who: Who | None, status: int = 200, **ctx: Any
@@ -160,6 +185,8 @@ def create_app(
 
         async def endpoint(request: Request) -> Response:
             who = who_of(request)
+            if isinstance(who, Response):
+                return who
             if who is None:
                 if wants_json(request):
                     return JSONResponse(
@@ -175,11 +202,14 @@ def create_app(
 
         return endpoint
 
-    def action(name: str, fn: Callable[[Request, dict[str, Any]], Any]) -> Any:
-        """A POST: authenticated, not --read-only, CSRF-checked, logged with who made it."""
+    def action(name: str, fn: Callable[[Request, dict[str, Any], Actor], Any]) -> Any:
+        """A POST: authenticated, not --read-only, CSRF-checked; the action function
+        records it in the audit trail with who made it (and it is logged)."""
 
         async def endpoint(request: Request) -> Response:
             who = who_of(request)
+            if isinstance(who, Response):
+                return who
             if who is None:
                 return JSONResponse(
                     {"error": "authentication required: Authorization: Bearer TOKEN"},
@@ -198,12 +228,12 @@ def create_app(
             given = request.headers.get("x-csrf-token") or body.get("csrf_token")
             if not guard.csrf_ok(who, given if isinstance(given, str) else None):
                 return fail(request, who, 403, "missing or wrong CSRF token (X-CSRF-Token)")
-            peer = request.client.host if request.client else "?"
+            peer = peer_of(request)
             named = {**request.path_params}
             named.update({k: body[k] for k in ("queue", "type", "id") if k in body})
             target = " ".join(f"{k}={printable(str(v))}" for k, v in named.items())
             try:
-                obj = await run_in_threadpool(fn, request, body)
+                obj = await run_in_threadpool(fn, request, body, Actor("web", who.ident, peer))
             except (errors.RschedError, HttpError) as exc:
                 log(f"rsched web: {name} {target} by {who.ident} from {peer}: refused: {exc}")
                 if form:
@@ -277,15 +307,26 @@ def create_app(
     async def login(request: Request) -> Response:
         if not config.token:
             return RedirectResponse("/", status_code=303)
+        peer = peer_of(request)
+        wait = guard.retry_after(peer)
+        if wait is not None:
+            log(f"rsched web: login refused from {peer}: too many failures")
+            return too_many(request, wait)
         given = (await _form(request)).get("token")
         if not isinstance(given, str) or not guard.check_token(given):
-            peer = request.client.host if request.client else "?"
+            guard.failed(peer)
             log(f"rsched web: login refused from {peer}")
             return render(request, "login.html", None, status=401, wrong=True)
         sid, _ = guard.login()
         resp = RedirectResponse("/", status_code=303)
         resp.set_cookie(
-            SESSION_COOKIE, sid, httponly=True, samesite="strict", path="/", max_age=12 * 3600
+            SESSION_COOKIE,
+            sid,
+            httponly=True,
+            samesite="strict",
+            path="/",
+            max_age=12 * 3600,
+            secure=config.secure_cookie,
         )
         return resp
 
@@ -373,7 +414,15 @@ def create_app(
         rows = await threaded(
             con.history, qparam(request, "name"), qparam(request, "queue"), limit_of(request, 100)
         )
-        return render(request, "history.html", who, runs=rows, f=request.query_params)
+        audit = await threaded(con.audit, 50)
+        return render(
+            request,
+            "history.html",
+            who,
+            runs=rows,
+            audit=[r.to_json() for r in audit],
+            f=request.query_params,
+        )
 
     async def events_page(request: Request, who: Who) -> Response:
         rows = await threaded(_events, limit_of(request, 100))
@@ -405,6 +454,10 @@ def create_app(
 
             validate.name(name, "name")
         rows = await threaded(con.history, name, queue, limit_of(request, 50, 100_000))
+        return JSONResponse([r.to_json() for r in rows])
+
+    async def api_audit(request: Request, who: Who) -> Response:
+        rows = await threaded(con.audit, limit_of(request, 50, 10_000))
         return JSONResponse([r.to_json() for r in rows])
 
     def _events(limit: int) -> list[Any]:
@@ -450,34 +503,40 @@ def create_app(
 
         return validate.queue(request.path_params["queue"], "queue")
 
-    def cron_switch(pausing: bool) -> Callable[[Request, dict[str, Any]], Any]:
-        return lambda request, body: A.switch(rs, cron_name(request), None, pausing, False)[0]
+    Act = Callable[[Request, dict[str, Any], Actor], Any]
 
-    def queue_switch(pausing: bool) -> Callable[[Request, dict[str, Any]], Any]:
-        return lambda request, body: A.switch(rs, None, queue_name(request), pausing, False)[0]
+    def cron_switch(pausing: bool) -> Act:
+        return lambda request, body, by: A.switch(
+            rs, cron_name(request), None, pausing, False, by=by
+        )[0]
 
-    def trigger(request: Request, body: dict[str, Any]) -> Any:
-        return rs.trigger(cron_name(request))
+    def queue_switch(pausing: bool) -> Act:
+        return lambda request, body, by: A.switch(
+            rs, None, queue_name(request), pausing, False, by=by
+        )[0]
+
+    def trigger(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.trigger(rs, cron_name(request), by=by)
 
     def task_ref_of(body: dict[str, Any]) -> Any:
         from rsched.queue.specs import task_ref
 
         return task_ref(field(body, "type"), field(body, "id"), body.get("queue") or "default")
 
-    def task_retry(request: Request, body: dict[str, Any]) -> Any:
+    def task_retry(request: Request, body: dict[str, Any], by: Actor) -> Any:
         ref = task_ref_of(body)
-        return A.retry(rs, ref.queue, (ref.type, ref.id))[0]
+        return A.retry(rs, ref.queue, (ref.type, ref.id), by=by)[0]
 
-    def task_cancel(request: Request, body: dict[str, Any]) -> Any:
-        return A.cancel(rs, task_ref_of(body))[0]
+    def task_cancel(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.cancel(rs, task_ref_of(body), by=by)[0]
 
-    def dead_retry(request: Request, body: dict[str, Any]) -> Any:
-        return A.retry(rs, queue_name(request), None)[0]
+    def dead_retry(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.retry(rs, queue_name(request), None, by=by)[0]
 
-    def dead_purge(request: Request, body: dict[str, Any]) -> Any:
-        return A.purge_dead(rs, queue_name(request))[0]
+    def dead_purge(request: Request, body: dict[str, Any], by: Actor) -> Any:
+        return A.purge_dead(rs, queue_name(request), by=by)[0]
 
-    def lock_unlock(request: Request, body: dict[str, Any]) -> Any:
+    def lock_unlock(request: Request, body: dict[str, Any], by: Actor) -> Any:
         from rsched.core import validate
 
         name = validate.name(request.path_params["name"], "NAME")
@@ -486,7 +545,7 @@ def create_app(
             token = str(token)
         if not isinstance(token, str) or not token.isascii() or not token.isdigit():
             raise errors.BadInput("token", "is required: the lock's fencing token (digits)")
-        return A.unlock(rs, name, token)[0]
+        return A.unlock(rs, name, token, by=by)[0]
 
     routes = [
         Route("/healthz", healthz),
@@ -506,6 +565,7 @@ def create_app(
         Route("/api/locks", page(api_locks)),
         Route("/api/history", page(api_history)),
         Route("/api/events", page(api_events)),
+        Route("/api/audit", page(api_audit)),
         Route("/api/tasks", page(api_tasks)),
         Route("/api/crons/{name}/pause", action("cron.pause", cron_switch(True)), methods=["POST"]),
         Route(

@@ -4,8 +4,8 @@ The overview is one *snapshot* (queues, crons, held locks, the latest runs)
 kept for :data:`SNAPSHOT_TTL_S` and shared by every open page, and the
 ``doctor`` verdicts kept for :data:`DOCTOR_TTL_S` (they cost tens of commands
 and change rarely), so the Redis load of the console does not grow with its
-viewers. A snapshot's cost grows with what there is to show (~13 commands per
-queue, ~3 per source of events), so the overview's poll interval is measured,
+viewers. A snapshot's cost grows with what there is to show (~11 commands per
+queue: 9 for its counts, its history and its events), so the overview's poll interval is measured,
 not fixed: each snapshot counts the commands it sent, and the page reloads every
 ``max(POLL_S, cost / POLL_BUDGET_PER_S)`` seconds (at most :data:`POLL_MAX_S`),
 which keeps one open overview under 5 commands/s however many queues there are.
@@ -198,6 +198,12 @@ class Console:
 
         got = logs.running(self.rs, name)
         return got[1] if got else None
+
+    def audit(self, limit: int) -> list[Any]:
+        """The newest operator actions (``rsched history --actions``)."""
+        from rsched.tools import audit
+
+        return audit.read(self.rs, limit)
 
     def locks(self, pattern: str | None = None) -> list[Any]:
         from rsched.locks.admin import list_locks

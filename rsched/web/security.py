@@ -12,6 +12,15 @@
 - An action (a POST) needs the bearer token, or the page's CSRF token
   (``X-CSRF-Token`` or the form field ``csrf_token``): per session, or one per
   process when no token is configured. ``--read-only``: every action 403.
+- Failed logins and wrong bearer tokens are counted per client address: after
+  :data:`FAIL_LIMIT` failures within :data:`FAIL_WINDOW_S` seconds, that
+  address's logins and bearer calls answer 429 with ``Retry-After`` until the
+  oldest failure leaves the window (a correct token does not get through
+  meanwhile: guessing stays at 10 a minute). The address is the TCP peer's:
+  the server does not believe ``X-Forwarded-For`` (anyone could rotate it), so
+  behind a reverse proxy its clients share one budget.
+- ``--secure-cookie`` (behind a TLS-terminating proxy) adds ``Secure`` to the
+  session cookie, so a browser never sends it over plain HTTP.
 - Every answer carries the security headers of :data:`HEADERS` (a CSP without
   inline scripts or styles: the pages load ``/static/console.js`` and
   ``console.css`` only).
@@ -24,10 +33,14 @@ import hmac
 import secrets
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 SESSION_COOKIE = "rsched_session"
 SESSION_TTL_S = 12 * 3600
+#: failed logins / wrong bearer tokens per client address within FAIL_WINDOW_S, then 429
+FAIL_LIMIT = 10
+FAIL_WINDOW_S = 60.0
 
 HEADERS = {
     "Content-Security-Policy": (
@@ -79,6 +92,36 @@ class Guard:
     _sessions: dict[str, tuple[str, float]] = field(default_factory=dict)
     _open_csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: client address -> monotonic times of its recent failures
+    _failures: dict[str, deque[float]] = field(default_factory=dict)
+
+    def retry_after(self, addr: str) -> int | None:
+        """Seconds until ``addr`` may try a token again, or None when it may now."""
+        with self._lock:
+            got = self._failures.get(addr)
+            if got is None:
+                return None
+            now = time.monotonic()
+            while got and got[0] <= now - FAIL_WINDOW_S:
+                got.popleft()
+            if not got:
+                del self._failures[addr]
+                return None
+            if len(got) < FAIL_LIMIT:
+                return None
+            return max(1, int(got[0] + FAIL_WINDOW_S - now + 0.999))
+
+    def failed(self, addr: str) -> None:
+        """Count one failed login or wrong bearer token of ``addr``."""
+        with self._lock:
+            now = time.monotonic()
+            if len(self._failures) > 10_000:  # many addresses: forget the quiet ones
+                for k in [k for k, d in self._failures.items() if d[-1] <= now - FAIL_WINDOW_S]:
+                    del self._failures[k]
+            got = self._failures.setdefault(addr, deque())
+            got.append(now)
+            while len(got) > FAIL_LIMIT:
+                got.popleft()
 
     def check_token(self, given: str) -> bool:
         if not self.token:

@@ -31,7 +31,10 @@ def test_pause_unknown_cron_or_queue_exits_3_and_writes_nothing(cli: Cli, rs: Rs
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
         res = cli(*args, "--json", check=3)
         assert res.stdout == ""
-    assert _ns_keys(rs) == []
+    # no key of the cron or queue: only the audit trail, which records the refusals
+    assert _ns_keys(rs) == [rs.keys.audit]
+    refused = cli.json("history", "--actions")
+    assert len(refused) == 8 and {r["result"] for r in refused} == {"refused"}
 
 
 def test_pause_create_then_known(cli: Cli, rs: Rsched) -> None:

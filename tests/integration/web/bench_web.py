@@ -121,7 +121,7 @@ def main() -> None:
         mid_member, mid_score = rs.redis.zrange(
             q.sched, a.tasks // 2, a.tasks // 2, withscores=True
         )[0]
-        cursor = paging.encode_cursor(["big", "scheduled", ""], mid_score, mid_member)
+        cursor = paging.encode_cursor(("scheduled", ""), {"big": (mid_score, mid_member)})
         for label, url in (
             ("queue page, first", "/queues/big"),
             ("queue page, middle (cursor)", f"/queues/big?state=scheduled&cursor={cursor}"),

@@ -268,6 +268,14 @@ def test_trigger_runs_the_cron_now_through_its_live_runner(cli: Cli, rs: Rsched)
             cli("pause", "web.yearly")
             r = c.post("/api/crons/web.yearly/trigger", headers=h)
             assert r.status_code == 409 and "paused" in r.json()["error"], r.text
+            # the audit trail: the run taken (with its token), the CLI's pause, the refusal
+            audit = c.get("/api/audit").json()
+            assert [(a["action"], a["result"], a["who"]["via"]) for a in audit] == [
+                ("cron.trigger", "refused", "web"),
+                ("cron.pause", "done", "cli"),
+                ("cron.trigger", "done", "web"),
+            ]
+            assert audit[2]["target"] == {"cron": "web.yearly", "token": runs[0]["token"]}
         assert "cron.trigger name=web.yearly by local from 127.0.0.1: done" in w.log()
     finally:
         runner.terminate()
