@@ -453,7 +453,11 @@ def unlock(app: App, name: str, token: str | None, force: bool) -> None:
 @output_options
 @pass_app
 def crons(app: App) -> None:
-    """Crons: schedule, time zone, next fire, last fire (when, result, host), live runners, paused."""
+    """Crons: schedule, time zone, the crons each runs after, next fire, last fire (when,
+    result, host), live runners, paused. ``--json`` rows: ``name``, ``schedule``, ``tz``,
+    ``dialect``, ``next_fire_at``/``_ms``, ``last_fire_at``/``_ms``, ``last_result``,
+    ``last_host``, ``runners``, ``paused``, ``running``, ``after`` (a list; [] unless
+    the cron runs ``--after``)."""
     from rsched.cron.admin import list_crons
 
     rs = app.rs
@@ -466,6 +470,7 @@ def crons(app: App) -> None:
             ("SCHEDULE", lambda r: r.schedule),
             ("TZ", lambda r: r.tz),
             ("DIALECT", lambda r: r.dialect),
+            ("AFTER", lambda r: ",".join(r.after) or None),
             ("NEXT FIRE", lambda r: show(r.next_fire_ms, now) if r.next_fire_ms else None),
             ("NEXT LOCAL", lambda r: local_time(r.next_fire_ms, r.tz) if r.next_fire_ms else None),
             ("LAST FIRE", lambda r: show(r.last_fire_ms, now) if r.last_fire_ms else None),
