@@ -659,9 +659,12 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
     --wait), the job's exit status with --wait, 3 when the name is unknown or no
     runner is alive (or none took it within 15s: the request is withdrawn), 4 when
     the cron is paused or (--concurrency forbid) its previous run is still going
-    on, 1 when --timeout ran out. With --json: {"name", "id", "status", "host",
-    "token", "triggered_by"} plus, with --wait, "result", "exit_code", "error",
-    "timed_out".
+    on (or, replace, did not stop in time), 1 when --timeout ran out. A sharded
+    cron runs every shard once across its runners, a broadcast one once on every
+    live runner; --wait waits for all and exits with the worst status. With
+    --json: {"name", "id", "status", "host", "token", "triggered_by"} plus, with
+    --wait, "result", "exit_code", "error", "timed_out"; sharded or broadcast:
+    "runs" and "missing".
     """
     from rsched.core.timeutil import parse_duration
     from rsched.cron import trigger as trig
