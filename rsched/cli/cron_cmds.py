@@ -674,6 +674,12 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
     timeout_ms = parse_duration(timeout, "--timeout") if timeout is not None else None
 
     def taken(out: dict[str, Any]) -> None:
+        runs = out.get("runs")
+        if runs is not None:  # a sharded or broadcast cron: one run per item
+            hosts = ", ".join(sorted({str(r.get("host")) for r in runs}))
+            missing = f"; {out['missing']} not taken" if out.get("missing") else ""
+            app.info(f"cron {name}: {len(runs)} runs taken by {hosts}{missing}")
+            return
         tok = f", token {out['token']}" if out.get("token") is not None else ""
         app.info(f"cron {name}: run taken by {out.get('host')}{tok}")
 

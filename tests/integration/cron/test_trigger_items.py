@@ -52,6 +52,7 @@ def test_a_sharded_cron_triggered_runs_each_shard_once_across_three_runners(
     # --wait exits with the worst status: shard 2 fails with 5.
     flag.touch()
     res = cli("trigger", "sh4", "--wait", "--json", check=5)
+    assert "4 runs taken by" in res.stderr
     bad = json.loads(res.stdout)
     assert bad["result"] == "failed" and bad["exit_code"] == 5
     assert sorted(r["result"] for r in bad["runs"]) == ["failed", "ok", "ok", "ok"]
@@ -192,3 +193,28 @@ def test_a_triggered_failing_run_emits_one_run_failed_of_a_manual_run(
     rec = [r for r in history(cli, "bad") if r["token"] == failed[0]["token"]]
     assert len(rec) == 1 and rec[0]["cause"] == "manual" and rec[0]["result"] == "failed"
     assert stop_all([p]) == [0]
+
+
+def test_a_sharded_a_that_ran_while_b_was_down_starts_b_once_when_b_is_back(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    alog, blog = tmp_path / "a", tmp_path / "b"
+    a = [spawn_runner(cli, tmp_path, "SA", YEARLY, job(alog), "--shards", "3") for _ in range(2)]
+    b = spawn_runner(cli, tmp_path, "SB", YEARLY, job(blog), "--after", "SA", tag="b0")
+    _live(cli, "SA", 2)
+    _live(cli, "SB", 1)
+    sb = rs.keys.cron("SB").state
+    wait_for(lambda: rs.redis.hget(sb, "after:SA"), timeout=10, what="B's cursor on A")
+    assert stop_all([b]) == [0]  # B's cursor on A is set: runs of A from now on count
+    got = cli.json("trigger", "SA", "--wait")  # 3 shard records, while no runner of B
+    assert got["result"] == "ok"
+    bs = [
+        spawn_runner(cli, tmp_path, "SB", YEARLY, job(blog), "--after", "SA", tag=f"b{i}")
+        for i in (1, 2)
+    ]
+    wait_for(lambda: lines(blog), timeout=15, what="B caught up on A's tick")
+    _live(cli, "SB", 2)
+    recs = [r for r in history(cli, "SB") if r["result"] == "ok"]
+    assert len(recs) == 1 and recs[0]["after_token"] in {r["token"] for r in got["runs"]}
+    assert stop_all([*a, *bs]) == [0, 0, 0, 0]
+    assert len(lines(blog)) == 1
