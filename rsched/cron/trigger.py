@@ -571,8 +571,8 @@ def _answer(
             # a run without one (allow) is watched by its marker (see JobRun).
             lockless = rs.redis.hget(k.state, "concurrency") == "allow"
             expect[int(out["token"])] = _Watch("mark" if lockless else "lock", _grace_s(rs, k))
-        else:  # replace: the token is not known until the old run stopped
-            expect[None] = _Watch("", 0.0)
+        else:  # replace: the token is known once the old run stopped and this one took the lock
+            expect[None] = _Watch("replace", 2.0, fire=ans.get("fire_ms"))
         got_runs = _wait_records(client, k, rid, since, timeout_ms, expect)
         if got_runs is None:
             out.update({"result": None, "exit_code": None, "timed_out": True})
@@ -702,21 +702,51 @@ def _withdraw(
 class _Watch:
     """How ``--wait`` notices a run that ended with no record: ``lock`` (its run lock
     is no longer of its token), ``mark`` (its marker, renewed while it runs, is gone
-    ``grace_s`` after it was taken) or ``""`` (not watched)."""
+    ``grace_s`` after it was taken) or ``replace`` (a run waiting to replace: once
+    the run lock carries its fire_ms, as ``lock`` with the token found there)."""
 
-    def __init__(self, how: str, grace_s: float):
+    def __init__(self, how: str, grace_s: float, fire: Any = None):
         self.how = how
         self.grace_s = grace_s
         self.since = time.monotonic()
+        self.fire = fire  # replace: the run's fire_ms, in the run lock once it took it
+        self.token: str | None = None  # replace: the token found in the run lock
+        self._free_since: float | None = None
 
     def gone(self, client: Any, k: Any, token: int | None) -> bool:
         if self.how == "lock":
             return _s(client.hget(k.run_lock, "token") or "") != str(token)
+        if self.how == "replace":
+            return self._replace_gone(client, k)
         if self.how == "mark" and token is not None:
             if time.monotonic() - self.since < self.grace_s:
                 return False
             return not client.exists(k.run_mark(token))
         return False
+
+    def _replace_gone(self, client: Any, k: Any) -> bool:
+        """A run waiting to replace is either waiting (the state's replace_fire is its
+        fire_ms), running (the run lock's fire is) or recorded (each step of cron-start-5,
+        cron-finish-6 and a superseding tick is one script): neither, with no record,
+        means its runner died. Waiting with the lock free for ``grace_s`` (its runner
+        polls every 100 ms at most): the waiting runner died."""
+        fire, tok = (
+            _s(v) if v is not None else None for v in client.hmget(k.run_lock, "fire", "token")
+        )
+        ours = str(self.fire)
+        if fire == ours:
+            self.token = tok
+            self._free_since = None
+            return False
+        if _s(client.hget(k.state, "replace_fire") or "") != ours:
+            return True
+        if tok is not None:  # the old run still holds it
+            self._free_since = None
+            return False
+        now = time.monotonic()
+        if self._free_since is None:
+            self._free_since = now
+        return now - self._free_since >= self.grace_s
 
 
 def _wait_records(
@@ -737,7 +767,7 @@ def _wait_records(
     cursor = since
     out: dict[int | None, dict[str, Any]] = {}
     gone: set[int | None] = set()
-    period = min([5.0, *(max(w.grace_s / 2, 0.5) for w in expect.values() if w.how)])
+    period = min([5.0, *(max(w.grace_s / 2, 0.5) for w in expect.values() if w.grace_s)])
     while len(out) < len(expect):
         left = period if deadline is None else min(deadline - time.monotonic(), period)
         if left <= 0:
@@ -746,12 +776,13 @@ def _wait_records(
         got = client.xread({k.history: cursor}, count=100, block=block)
         if not got and gone:
             for t in gone - set(out):
+                w = expect[t]
                 out[t] = {
                     "result": "lost",
                     "exit_code": None,
                     "error": "the run ended with no record (its run lock or marker expired): "
                     "its runner died",
-                    "token": t,
+                    "token": t if t is not None else (int(w.token) if w.token else None),
                 }
             gone = set()
             continue

@@ -218,3 +218,25 @@ def test_a_sharded_a_that_ran_while_b_was_down_starts_b_once_when_b_is_back(
     assert len(recs) == 1 and recs[0]["after_token"] in {r["token"] for r in got["runs"]}
     assert stop_all([*a, *bs]) == [0, 0, 0, 0]
     assert len(lines(blog)) == 1
+
+
+def test_wait_reports_lost_for_a_replacing_run_whose_runner_is_killed(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    log = tmp_path / "fired"
+    cmd = job(log, "exec sleep 30")
+    p = spawn_runner(cli, tmp_path, "swap2", YEARLY, cmd, "--concurrency", "replace", "--ttl", "1s")
+    _live(cli, "swap2", 1)
+    assert cli.json("trigger", "swap2")["status"] == "run"
+    wait_for(lambda: lines(log), timeout=10, what="the first run")
+    waiter = cli.spawn("trigger", "swap2", "--wait", "--json", stdout=subprocess.PIPE)
+    wait_for(lambda: len(lines(log)) == 2, timeout=15, what="the replacing run")
+    token = int(lines(log)[1][1])
+    k = rs.keys.cron("swap2")
+    wait_for(lambda: rs.redis.hget(k.run_lock, "token") == str(token), timeout=5, what="its lock")
+    os.killpg(p.pid, signal.SIGKILL)
+    out, _ = waiter.communicate(timeout=30)
+    assert waiter.returncode == 1
+    got = json.loads(out)
+    assert got["status"] == "replace" and got["result"] == "lost", got
+    assert got["token"] in (token, None)  # known when --wait saw the run lock before the kill
