@@ -32,6 +32,34 @@ def _recs(rs: Rsched, name: str, rid: str) -> list[dict[str, Any]]:
     return out
 
 
+def _lost_after_kill(
+    cli: Cli, tmp_path: Path, name: str, concurrency: str, before: int = 0
+) -> tuple[dict[str, Any], int, Any]:
+    """A runner of ``name`` (``--ttl 1s``) whose job sleeps, ``before`` runs triggered
+    first, then ``trigger --wait``; kill -9 of the runner and its job once the run
+    started: what --wait printed (it must exit 1), the run's token (its log line)."""
+    log = tmp_path / "fired"
+    cmd = job(log, "exec sleep 30")
+    p = spawn_runner(cli, tmp_path, name, YEARLY, cmd, "--concurrency", concurrency, "--ttl", "1s")
+    _live(cli, name, 1)
+    for i in range(before):
+        assert cli.json("trigger", name)["status"] == "run"
+        wait_for(lambda n=i + 1: len(lines(log)) == n, timeout=10, what="the earlier run")
+    waiter = cli.spawn("trigger", name, "--wait", "--json", stdout=subprocess.PIPE)
+    wait_for(lambda: len(lines(log)) == before + 1, timeout=15, what="the run to start")
+    token = int(lines(log)[before][1])
+    return waiter, token, p
+
+
+def _kill(waiter: Any, p: Any) -> dict[str, Any]:
+    os.killpg(p.pid, signal.SIGKILL)  # kill -9 of the runner and its job: no record ever
+    out, _ = waiter.communicate(timeout=30)
+    assert waiter.returncode == 1
+    got: dict[str, Any] = json.loads(out)
+    assert got["result"] == "lost" and "runner died" in got["error"], got
+    return got
+
+
 def test_a_sharded_cron_triggered_runs_each_shard_once_across_three_runners(
     cli: Cli, rs: Rsched, tmp_path: Path
 ) -> None:
@@ -128,19 +156,9 @@ def test_wait_reports_lost_under_allow_when_the_runner_is_killed(
     cli: Cli, rs: Rsched, tmp_path: Path
 ) -> None:
     """No run lock under allow: the run's marker (renewed every TTL/3) tells."""
-    log = tmp_path / "fired"
-    cmd = job(log, "exec sleep 30")
-    p = spawn_runner(cli, tmp_path, "free", YEARLY, cmd, "--concurrency", "allow", "--ttl", "1s")
-    _live(cli, "free", 1)
-    waiter = cli.spawn("trigger", "free", "--wait", "--json", stdout=subprocess.PIPE)
-    wait_for(lambda: lines(log), timeout=10, what="the run to start")
-    token = int(lines(log)[0][1])
+    waiter, token, p = _lost_after_kill(cli, tmp_path, "free", "allow")
     assert rs.redis.exists(rs.keys.cron("free").run_mark(token))
-    os.killpg(p.pid, signal.SIGKILL)  # kill -9 of the runner and its job: no record ever
-    out, _ = waiter.communicate(timeout=30)
-    assert waiter.returncode == 1
-    got = json.loads(out)
-    assert got["result"] == "lost" and got["token"] == token and "runner died" in got["error"]
+    assert _kill(waiter, p)["token"] == token
 
 
 def test_a_marker_is_gone_once_an_allow_run_is_recorded(
@@ -223,20 +241,9 @@ def test_a_sharded_a_that_ran_while_b_was_down_starts_b_once_when_b_is_back(
 def test_wait_reports_lost_for_a_replacing_run_whose_runner_is_killed(
     cli: Cli, rs: Rsched, tmp_path: Path
 ) -> None:
-    log = tmp_path / "fired"
-    cmd = job(log, "exec sleep 30")
-    p = spawn_runner(cli, tmp_path, "swap2", YEARLY, cmd, "--concurrency", "replace", "--ttl", "1s")
-    _live(cli, "swap2", 1)
-    assert cli.json("trigger", "swap2")["status"] == "run"
-    wait_for(lambda: lines(log), timeout=10, what="the first run")
-    waiter = cli.spawn("trigger", "swap2", "--wait", "--json", stdout=subprocess.PIPE)
-    wait_for(lambda: len(lines(log)) == 2, timeout=15, what="the replacing run")
-    token = int(lines(log)[1][1])
+    waiter, token, p = _lost_after_kill(cli, tmp_path, "swap2", "replace", before=1)
     k = rs.keys.cron("swap2")
     wait_for(lambda: rs.redis.hget(k.run_lock, "token") == str(token), timeout=5, what="its lock")
-    os.killpg(p.pid, signal.SIGKILL)
-    out, _ = waiter.communicate(timeout=30)
-    assert waiter.returncode == 1
-    got = json.loads(out)
-    assert got["status"] == "replace" and got["result"] == "lost", got
+    got = _kill(waiter, p)
+    assert got["status"] == "replace"
     assert got["token"] in (token, None)  # known when --wait saw the run lock before the kill
