@@ -629,8 +629,9 @@ def _answer_items(
         withdrawn = True
         if _withdraw(rs, client, k, rid, reply_key, drain=False):
             # Out of the queue: no claim after this; the answers of those before it.
-            while (raw := rs.redis.lpop(reply_key)) is not None:
-                absorb(raw)
+            # (BLPOP with a short timeout: LPOP is not in the least-privilege grant)
+            while got := client.blpop([reply_key], timeout=0.05):
+                absorb(got[1])
             break
         deadline = time.monotonic() + 2  # all claimed meanwhile: the answers are on the way
     if not runs:

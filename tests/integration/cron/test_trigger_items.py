@@ -247,3 +247,21 @@ def test_wait_reports_lost_for_a_replacing_run_whose_runner_is_killed(
     got = _kill(waiter, p)
     assert got["status"] == "replace"
     assert got["token"] in (token, None)  # known when --wait saw the run lock before the kill
+
+
+def test_a_broadcast_runner_that_died_registered_is_reported_missing(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    from rsched.cron import trigger as trig
+
+    log = tmp_path / "fired"
+    procs = [spawn_runner(cli, tmp_path, "bc2", YEARLY, job(log), "--broadcast") for _ in range(3)]
+    _live(cli, "bc2", 3)
+    os.killpg(procs[0].pid, signal.SIGKILL)  # still registered live: it is asked, never answers
+    got = trig.trigger(rs, "bc2", wait=True, take_ms=3000)
+    assert len(got["runs"]) == 2 and got["missing"] == 1, got
+    assert all(r["result"] == "ok" for r in got["runs"])
+    assert got["result"] == "missed" and trig.exit_status(got) == 1
+    assert rs.redis.zcard(rs.keys.cron("bc2").triggers) == 0  # withdrawn: never run later
+    assert len(lines(log)) == 2
+    assert stop_all(procs[1:]) == [0, 0]
