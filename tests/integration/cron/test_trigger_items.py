@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rsched.api import Rsched
+from rsched.cron import trigger as trig
 from tests.integration.cron.test_cron import history, job, lines, spawn_runner, stop_all
 from tests.integration.cron.test_trigger import YEARLY, _live
 from tests.support import Cli, wait_for
@@ -104,7 +105,7 @@ def test_a_sharded_trigger_takes_over_the_shards_of_a_runner_that_died(
     assert stop_all(procs[1:]) == [0, 0]
 
 
-def test_a_broadcast_cron_triggered_runs_once_on_every_live_runner(
+def test_a_broadcast_cron_triggered_runs_once_on_every_live_runner_it_registered(
     cli: Cli, rs: Rsched, tmp_path: Path
 ) -> None:
     log = tmp_path / "fired"
@@ -115,7 +116,16 @@ def test_a_broadcast_cron_triggered_runs_once_on_every_live_runner(
     ran = lines(log)
     assert len(ran) == 3 and len({r[2] for r in ran}) == 3, ran  # one run per runner
     assert len(_recs(rs, "bc", got["id"])) == 3
-    assert stop_all(procs) == [0, 0, 0]
+    # A runner that died still registered is asked and never answers: reported missing
+    # (counted missed), the request withdrawn, never run later.
+    os.killpg(procs[0].pid, signal.SIGKILL)
+    again = trig.trigger(rs, "bc", wait=True, take_ms=3000)
+    assert len(again["runs"]) == 2 and again["missing"] == 1, again
+    assert all(r["result"] == "ok" for r in again["runs"])
+    assert again["result"] == "missed" and trig.exit_status(again) == 1
+    assert rs.redis.zcard(rs.keys.cron("bc").triggers) == 0
+    assert len(lines(log)) == 5
+    assert stop_all(procs[1:]) == [0, 0]
 
 
 def test_a_sharded_a_starts_b_once_per_tick_whose_shards_all_ended_ok(
@@ -247,21 +257,3 @@ def test_wait_reports_lost_for_a_replacing_run_whose_runner_is_killed(
     got = _kill(waiter, p)
     assert got["status"] == "replace"
     assert got["token"] in (token, None)  # known when --wait saw the run lock before the kill
-
-
-def test_a_broadcast_runner_that_died_registered_is_reported_missing(
-    cli: Cli, rs: Rsched, tmp_path: Path
-) -> None:
-    from rsched.cron import trigger as trig
-
-    log = tmp_path / "fired"
-    procs = [spawn_runner(cli, tmp_path, "bc2", YEARLY, job(log), "--broadcast") for _ in range(3)]
-    _live(cli, "bc2", 3)
-    os.killpg(procs[0].pid, signal.SIGKILL)  # still registered live: it is asked, never answers
-    got = trig.trigger(rs, "bc2", wait=True, take_ms=3000)
-    assert len(got["runs"]) == 2 and got["missing"] == 1, got
-    assert all(r["result"] == "ok" for r in got["runs"])
-    assert got["result"] == "missed" and trig.exit_status(got) == 1
-    assert rs.redis.zcard(rs.keys.cron("bc2").triggers) == 0  # withdrawn: never run later
-    assert len(lines(log)) == 2
-    assert stop_all(procs[1:]) == [0, 0]
