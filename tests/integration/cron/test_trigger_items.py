@@ -141,6 +141,11 @@ def test_a_sharded_a_starts_b_once_per_tick_whose_shards_all_ended_ok(
     ]
     _live(cli, "A", 2)
     _live(cli, "B", 2)
+    assert {c["name"]: c["after"] for c in cli.json("crons")} == {"A": [], "B": ["A"]}
+    table = cli("crons").stdout.splitlines()
+    col = table[0].index("AFTER")
+    after = {ln.split()[0]: ln[col : col + 5].strip() for ln in table[2:]}  # after the rule
+    assert after == {"A": "-", "B": "A"}, table
     first = cli.json("trigger", "A", "--wait")
     assert first["result"] == "ok"
     wait_for(lambda: len(lines(blog)) >= 2, timeout=15, what="B's two shards")
