@@ -28,7 +28,11 @@ recorded ``skipped`` (cause ``manual``) like a tick, and ``trigger`` exits 4
 naming the running run: a manual run is asked for now, and queueing it behind
 a long job would run it at a time nobody asked for. ``allow``: it runs beside
 the running job. ``replace``: the running job is stopped and the triggered run
-takes its place (the same hand-over as a tick's).
+takes its place (the same hand-over as a tick's; ``_admit.lua`` is the policy of
+both). The waiting run's record fields wait beside it (state ``replace_extra``), so
+that a run that could not take over (the old one did not stop in time, or a newer
+tick superseded it) is recorded ``skipped`` with its cause and request id, and
+``--wait`` reports it at once (exit 4).
 
 ``--after`` (B after A): each of B's runners follows A's history stream
 (``XREAD BLOCK`` on a client of its own; no change to A's runners or
