@@ -132,7 +132,7 @@ complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'bench' -d 'How fast is thi
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'cancel' -d 'Remove a task in any state (exit 3 if there is none).'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'check' -d 'Is anything wrong? For probes: Nagios, a Kubernetes liveness probe, a crontab...'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'completion' -d 'Print the shell completion script for SHELL (bash, zsh or fish).'
-complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'crons' -d 'Crons: schedule, time zone, next fire, last fire (when, result, host), live...'
+complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'crons' -d 'Crons: schedule, time zone, the crons each runs after, next fire, last fire...'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'dead' -d 'Dead-lettered tasks, most recent first, with their last error.'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'demo' -d 'Show the whole system working on an embedded server, in under a minute.'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'doctor' -d 'Check that the Redis server is safe and usable for rsched.'

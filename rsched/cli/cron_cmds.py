@@ -453,7 +453,11 @@ def unlock(app: App, name: str, token: str | None, force: bool) -> None:
 @output_options
 @pass_app
 def crons(app: App) -> None:
-    """Crons: schedule, time zone, next fire, last fire (when, result, host), live runners, paused."""
+    """Crons: schedule, time zone, the crons each runs after, next fire, last fire (when,
+    result, host), live runners, paused. ``--json`` rows: ``name``, ``schedule``, ``tz``,
+    ``dialect``, ``next_fire_at``/``_ms``, ``last_fire_at``/``_ms``, ``last_result``,
+    ``last_host``, ``runners``, ``paused``, ``running``, ``after`` (a list; [] unless
+    the cron runs ``--after``)."""
     from rsched.cron.admin import list_crons
 
     rs = app.rs
@@ -466,6 +470,7 @@ def crons(app: App) -> None:
             ("SCHEDULE", lambda r: r.schedule),
             ("TZ", lambda r: r.tz),
             ("DIALECT", lambda r: r.dialect),
+            ("AFTER", lambda r: ",".join(r.after) or None),
             ("NEXT FIRE", lambda r: show(r.next_fire_ms, now) if r.next_fire_ms else None),
             ("NEXT LOCAL", lambda r: local_time(r.next_fire_ms, r.tz) if r.next_fire_ms else None),
             ("LAST FIRE", lambda r: show(r.last_fire_ms, now) if r.last_fire_ms else None),
@@ -654,9 +659,12 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
     --wait), the job's exit status with --wait, 3 when the name is unknown or no
     runner is alive (or none took it within 15s: the request is withdrawn), 4 when
     the cron is paused or (--concurrency forbid) its previous run is still going
-    on, 1 when --timeout ran out. With --json: {"name", "id", "status", "host",
-    "token", "triggered_by"} plus, with --wait, "result", "exit_code", "error",
-    "timed_out".
+    on (or, replace, did not stop in time), 1 when --timeout ran out. A sharded
+    cron runs every shard once across its runners, a broadcast one once on every
+    live runner; --wait waits for all and exits with the worst status. With
+    --json: {"name", "id", "status", "host", "token", "triggered_by"} plus, with
+    --wait, "result", "exit_code", "error", "timed_out"; sharded or broadcast:
+    "runs" and "missing".
     """
     from rsched.core.timeutil import parse_duration
     from rsched.cron import trigger as trig
@@ -667,6 +675,12 @@ def trigger(app: App, name: str, wait: bool, timeout: str | None) -> None:
     timeout_ms = parse_duration(timeout, "--timeout") if timeout is not None else None
 
     def taken(out: dict[str, Any]) -> None:
+        runs = out.get("runs")
+        if runs is not None:  # a sharded or broadcast cron: one run per item
+            hosts = ", ".join(sorted({str(r.get("host")) for r in runs}))
+            missing = f"; {out['missing']} not taken" if out.get("missing") else ""
+            app.info(f"cron {name}: {len(runs)} runs taken by {hosts}{missing}")
+            return
         tok = f", token {out['token']}" if out.get("token") is not None else ""
         app.info(f"cron {name}: run taken by {out.get('host')}{tok}")
 

@@ -316,6 +316,16 @@ class CronKeys(_EventKeys):
         """LIST: the claiming runner's answer to one request (expires after a minute)."""
         return self._k(f"treply:{request_id}")
 
+    def trigger_items(self, request_id: str) -> str:
+        """HASH item -> runner id: who claimed each item of one run asked for of a sharded
+        or broadcast cron (cron-trigger-items-8; expires)."""
+        return self._k(f"titems:{request_id}")
+
+    def run_mark(self, token: int) -> str:
+        """STRING (PX the run's --ttl, renewed while it runs): a run asked for that holds no
+        run lock (allow, sharded, broadcast) is alive; ``trigger --wait`` reads it."""
+        return self._k(f"mark:{int(token)}")
+
     def shards(self, fire_ms: int) -> str:
         """HASH item -> runner id: who claimed each shard item of one tick (expires)."""
         return self._k(f"shards:{int(fire_ms)}")

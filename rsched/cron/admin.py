@@ -129,6 +129,8 @@ class CronInfo:
     running: bool
     dialect: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The crons this one runs after (``run cron B --after A``; [] otherwise).
+    after: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +147,7 @@ class CronInfo:
             "runners": self.runners,
             "paused": self.paused,
             "running": self.running,
+            "after": list(self.after),
         }
 
 
@@ -189,6 +192,7 @@ def list_crons(rs: Context) -> list[CronInfo]:
                 bool(paused),
                 bool(running),
                 dialect,
+                after=[a for a in (st.get("after") or "").split(",") if a],
             )
         )
     return out

@@ -52,6 +52,44 @@ class JobHost(Protocol):
     def blocking_client(self) -> Any: ...
 
 
+class RunMark:
+    """A run asked for that holds no run lock (``--concurrency allow``, a shard or
+    broadcast item) keeps a marker (``run_mark(token)``, PX the cron's ``--ttl``),
+    renewed every TTL/3 while it runs and deleted once its record is written: what
+    ``trigger --wait`` reads to tell a run whose runner died (the marker expired, no
+    record) from one still going on. Cost: one ``SET PX`` per TTL/3 per such run."""
+
+    def __init__(self, rs: Context, key: str, value: str, ttl_ms: int):
+        self.rs, self.key, self.value, self.ttl_ms = rs, key, value, ttl_ms
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="rsched-mark")
+
+    def start(self) -> RunMark:
+        self._put()
+        self._thread.start()
+        return self
+
+    def _put(self) -> None:
+        try:
+            self.rs.redis.set(self.key, self.value, px=self.ttl_ms)
+        except TRANSIENT:  # Redis down: the next renewal puts it back
+            pass
+
+    def _renew(self) -> None:
+        while not self._done.wait(self.ttl_ms / 3000):
+            self._put()
+
+    def end(self) -> None:
+        if self._done.is_set():
+            return
+        self._done.set()
+        self._thread.join(2)
+        try:
+            self.rs.redis.delete(self.key)
+        except TRANSIENT:  # it expires within the TTL
+            pass
+
+
 class JobRun:
     """One run of a cron job: child process, watchdog, execution record."""
 
@@ -82,6 +120,7 @@ class JobRun:
         self._cancel = threading.Event()
         self.lost = threading.Event()
         self.dog: Watchdog | None = None
+        self.mark: RunMark | None = None
         #: The run's watchdog blocks on the cron's wake key (replace): finish wakes it.
         self._wakes = bool(owner) and runner.spec.concurrency == "replace"
 
@@ -116,6 +155,9 @@ class JobRun:
             r.log(
                 f"cron {s.name}: job for tick {iso(self.fire)} failed to run: {type(exc).__name__}: {exc}"
             )
+        finally:
+            if self.mark is not None:
+                self.mark.end()
 
     def _run(self) -> None:
         r, s = self.r, self.r.spec
@@ -153,6 +195,8 @@ class JobRun:
                 wait=wait,
             ).start(since=self.since)
             self.dog = dog
+        if not self.owner and self.extra.get("trigger"):
+            self.mark = RunMark(r.rs, r.k.run_mark(self.token), r.host, s.ttl_ms).start()
         if s.jitter_ms:
             self._cancel.wait(random.uniform(0, s.jitter_ms) / 1000)
         env = {
@@ -217,6 +261,8 @@ class JobRun:
             + f" in {rec['duration_ms']} ms"
         )
         self._finish(rec)
+        if self.mark is not None:
+            self.mark.end()  # after the record: --wait never sees neither
         store_log(r.rs, r.k, self.token, result)
 
     def _finish(self, rec: dict[str, Any]) -> None:

@@ -138,8 +138,6 @@ def make_spec(
             raise errors.BadInput(f("shards"), f"{shards!r} is not a whole number from 1 to 10000")
         if broadcast:
             raise errors.BadInput(f("broadcast"), "cannot be combined with --shards")
-    if (shards or broadcast) and after:
-        raise errors.BadInput(f("after"), "cannot be combined with --shards or --broadcast")
     if (shards or broadcast) and concurrency != "forbid":
         raise errors.BadInput(
             f("concurrency"),

@@ -38,23 +38,38 @@ local function cron_paused(paused, state, fire)
   return p[1] ~= false and p[2] ~= false and f >= tonumber(p[1]) and f < tonumber(p[2])
 end
 
--- An execution record for a tick that did not run (skipped / missed).
-local function cron_note(hist, maxlen, name, fire, now, result, err, host, pid)
-  history(hist, maxlen, {kind = 'cron', name = name, fire_ms = tonumber(fire), started_ms = now,
-    finished_ms = now, duration_ms = 0, result = result, host = host, pid = tonumber(pid), error = err})
+-- An execution record for a tick (or a run asked for) that did not run (skipped /
+-- missed); `extra` (optional): more fields (a run asked for: cause, triggered_by, trigger).
+local function cron_note(hist, maxlen, name, fire, now, result, err, host, pid, extra)
+  local rec = {kind = 'cron', name = name, fire_ms = tonumber(fire), started_ms = now,
+    finished_ms = now, duration_ms = 0, result = result, host = host, pid = tonumber(pid), error = err}
+  if extra then
+    for f, v in pairs(extra) do rec[f] = v end
+  end
+  history(hist, maxlen, rec)
+end
+
+-- The record fields of the run waiting to replace (state replace_extra, a JSON
+-- object, when a run asked for waits), or nil (a tick waits).
+local function cron_replace_extra(state)
+  local raw = redis.call('HGET', state, 'replace_extra')
+  if raw then return cjson.decode(raw) end
+  return nil
 end
 
 -- concurrency replace: at most one tick waits for the running job to stop (the state
 -- field `replace_fire`). A newer tick supersedes it: the older one is recorded
--- `skipped` here, once (its runner sees the field changed and records nothing).
+-- `skipped` here, once (its runner sees the field changed and records nothing), with
+-- the cause and trigger fields of a run asked for (replace_extra).
 local function cron_supersede(state, hist, maxlen, name, fire, now, host, pid)
   local prev = redis.call('HGET', state, 'replace_fire')
   if prev and prev ~= fire then
     cron_note(hist, maxlen, name, prev, now, 'skipped',
-      'superseded by a newer tick (' .. fire .. ') while waiting for the running job to stop', host, pid)
+      'superseded by a newer tick (' .. fire .. ') while waiting for the running job to stop', host, pid,
+      cron_replace_extra(state))
   end
   if prev then
-    redis.call('HDEL', state, 'replace_fire')
+    redis.call('HDEL', state, 'replace_fire', 'replace_extra')
   end
 end
 

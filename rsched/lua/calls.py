@@ -832,11 +832,13 @@ def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
 @dataclass(frozen=True, slots=True)
 class CronTriggerReply:
     """What ``cron-trigger-5`` answers: the status (see its header), the server's
-    clock and the cron's live runners."""
+    clock, the cron's live runners and, for a sharded or broadcast cron, the runs
+    the request asks for (its shard count, or the live runners; 0 otherwise)."""
 
     status: str
     now_ms: int
     live_runners: int
+    items: int = 0
 
 
 def cron_trigger(
@@ -856,7 +858,9 @@ def cron_trigger(
         [k.state, k.paused, k.runners, k.triggers, k.trigger_wake],
         [_cron_json(request), ttl_ms, f"after:{after}" if after else "", entry],
     )
-    return CronTriggerReply(str(res[0]), int(res[1]), int(res[2]))
+    return CronTriggerReply(
+        str(res[0]), int(res[1]), int(res[2]), int(res[3]) if len(res) > 3 else 0
+    )
 
 
 def cron_trigger_claim(
@@ -892,6 +896,52 @@ def cron_trigger_claim(
     )
     st = str(res[0])
     return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None)
+
+
+@dataclass(frozen=True, slots=True)
+class CronTriggerItemsReply:
+    """What ``cron-trigger-items-8`` answers: the status ('ok', 'gone', 'expired',
+    'paused'), the server's clock, the run's fire_ms and the items this runner
+    claimed with their fencing tokens."""
+
+    status: str
+    now_ms: int
+    fire_ms: int
+    items: list[tuple[str, int]]
+
+
+def cron_trigger_items(
+    ctx: Ctx,
+    k: CronKeys,
+    *,
+    request: str,
+    request_id: str,
+    mode: str,
+    runner: str,
+    history_maxlen: int,
+    name: str,
+    host: str,
+    pid: int,
+    keep_ms: int,
+) -> CronTriggerItemsReply:
+    """``cron-trigger-items-8``: claim this runner's items (``mode`` 'own' or 'steal')
+    of the queued run ``request`` (its member text) of a sharded or broadcast cron."""
+    res = ctx.scripts(
+        "cron-trigger-items-8",
+        [
+            k.triggers,
+            k.trigger_reply(request_id),
+            k.trigger_items(request_id),
+            k.runners,
+            k.paused,
+            k.history,
+            k.fence,
+            k.state,
+        ],
+        [request, mode, runner, history_maxlen, name, host, pid, keep_ms],
+    )
+    got = [(str(res[j]), int(res[j + 1])) for j in range(3, len(res), 2)]
+    return CronTriggerItemsReply(str(res[0]), int(res[1]), int(res[2]), got)
 
 
 # === end of cron ==============================================================

@@ -14,6 +14,7 @@
 -- ARGV[5] pid      integer
 -- ARGV[6] give_up  '' = keep waiting; anything else: stop waiting and record the tick
 --                  `skipped` with this text as the reason, unless it can run right now
+--                  (a run asked for: with its cause and trigger fields, replace_extra)
 -- ARGV[7] maxlen   integer, history cap
 -- ARGV[8] name     string, the cron's name
 -- ARGV[9] take     '0': with give_up, do not take a free lock either (the runner stops)
@@ -36,14 +37,15 @@ if ARGV[6] == '' or ARGV[9] ~= '0' then
 end
 if tok then
   redis.call('HSET', KEYS[1], 'fire', fire)
-  redis.call('HDEL', KEYS[3], 'replace_fire')
+  redis.call('HDEL', KEYS[3], 'replace_fire', 'replace_extra')
   redis.call('DEL', KEYS[5])  -- a new run starts with no stale wake-up
   redis.call('HSET', KEYS[3], 'last_run_fire', fire, 'last_result', 'running', 'last_host', host)
   return {'run', now, tok}
 end
 if ARGV[6] ~= '' then
-  redis.call('HDEL', KEYS[3], 'replace_fire')
-  cron_note(KEYS[4], ARGV[7], ARGV[8], fire, now, 'skipped', ARGV[6], host, pid)
+  local extra = cron_replace_extra(KEYS[3])
+  redis.call('HDEL', KEYS[3], 'replace_fire', 'replace_extra')
+  cron_note(KEYS[4], ARGV[7], ARGV[8], fire, now, 'skipped', ARGV[6], host, pid, extra)
   return {'skipped', now}
 end
 -- Held: by the run this tick replaces, or by one that took the lock after it expired.

@@ -40,6 +40,7 @@
 --@include _types.lua
 --@include _lock.lua
 --@include _cron.lua
+--@include _admit.lua
 
 local bad = check_types({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'string',
   KEYS[6], 'stream', KEYS[7], 'zset', KEYS[8], 'zset'})
@@ -65,29 +66,8 @@ if ARGV[2] == 'missed' or (deadline >= 0 and now - tonumber(fire) > deadline) th
     result = 'missed', error = 'late by ' .. (now - tonumber(fire)) .. ' ms', host = host})
   return {'missed', now}
 end
-local conc = ARGV[8]
-local tok
-if conc == 'allow' then
-  tok = redis.call('INCR', KEYS[4])
-else
-  tok = lock_try(KEYS[3], KEYS[4], ARGV[4], tonumber(ARGV[5]), host, pid, now)
-  if not tok then
-    if conc == 'replace' then
-      cron_supersede(KEYS[2], KEYS[6], maxlen, name, fire, now, host, pid)
-      redis.call('HSET', KEYS[2], 'replace_fire', fire)
-      cron_ask_stop(KEYS[3], KEYS[8], fire, tonumber(ARGV[5]))
-      return {'replace', now}
-    end
-    local h = lock_holder(KEYS[3])
-    cron_note(KEYS[6], maxlen, name, fire, now, 'skipped',
-      'previous run still active (host ' .. h[1] .. ', pid ' .. h[2] .. ', token ' .. h[3] .. ')', host, pid)
-    return {'skipped', now}
-  end
-  redis.call('HSET', KEYS[3], 'fire', fire)
-  if conc == 'replace' then
-    cron_supersede(KEYS[2], KEYS[6], maxlen, name, fire, now, host, pid)
-    redis.call('DEL', KEYS[8])  -- a new run starts with no stale wake-up
-  end
-end
-redis.call('HSET', KEYS[2], 'last_run_fire', fire, 'last_result', 'running', 'last_host', host)
-return {'run', now, tok}
+local st, got = cron_admit({lock = KEYS[3], fence = KEYS[4], state = KEYS[2], hist = KEYS[6],
+  wake = KEYS[8], conc = ARGV[8], owner = ARGV[4], ttl = tonumber(ARGV[5]), host = host, pid = pid,
+  now = now, maxlen = maxlen, name = name}, fire, nil)
+if st == 'run' then return {'run', now, got} end
+return {st, now}

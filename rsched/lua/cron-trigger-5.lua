@@ -9,13 +9,16 @@
 -- KEYS[3] runners   ZSET runner id -> registration expiry (ms)
 -- KEYS[4] triggers  ZSET request JSON -> when asked (ms)
 -- KEYS[5] twake     STREAM wake-up of idle runners (capped at ~100 entries)
--- ARGV[1] request   JSON object text: id, by, cause[, after_token]; `exp` (ms) is set here
+-- ARGV[1] request   JSON object text: id, by, cause[, after_token]; set here: `exp` (ms),
+--                   and for a sharded or broadcast cron `fire` (now: the records' fire_ms)
+--                   and `items` (its shard count) or `runners` (the live runner ids: each
+--                   runs it once; cron-trigger-items-8)
 -- ARGV[2] ttl       integer ms: a request not claimed by then is dropped by the claim
 -- ARGV[3] field     '' (manual) | 'after:A': the state field that keeps B's cursor on A
 -- ARGV[4] entry     with a field: the id ('ms-seq') of A's history record
--- Returns {status, now, live runners}; status:
+-- Returns {status, now, live runners[, runs]} (runs: with 'ok', the runs asked for of a
+-- sharded (its shards) or broadcast (its live runners) cron, else 0); status:
 --   'unknown'   no runner ever registered the cron (manual only; nothing written)
---   'sharded'   the cron is sharded or broadcast: not triggerable (nothing written)
 --   'paused'    the cron is paused (manual only; nothing written)
 --   'no-runner' no live runner (manual only; nothing written)
 --   'seen'      (after) that record of A was already turned into a request
@@ -27,10 +30,9 @@ local now = now_ms()
 cron_register(KEYS[3], '', 0, now)
 local live = redis.call('ZCARD', KEYS[3])
 local field = ARGV[3]
+local st = redis.call('HMGET', KEYS[1], 'registered_by', 'shards', 'broadcast')
 if field == '' then
-  local st = redis.call('HMGET', KEYS[1], 'registered_by', 'shards', 'broadcast')
   if not st[1] then return {'unknown', now, live} end
-  if (tonumber(st[2] or '0') or 0) > 0 or st[3] == '1' then return {'sharded', now, live} end
   if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused', now, live} end
   if live == 0 then return {'no-runner', now, live} end
 else
@@ -49,6 +51,16 @@ else
 end
 local req = cjson.decode(ARGV[1])
 req['exp'] = now + tonumber(ARGV[2])
+local shards = tonumber(st[2] or '0') or 0
+local total = 0
+if shards > 0 then
+  req['fire'], req['items'] = now, shards
+  total = shards
+elseif st[3] == '1' then
+  req['fire'] = now
+  req['runners'] = redis.call('ZRANGEBYSCORE', KEYS[3], now, '+inf')
+  total = #req['runners']
+end
 redis.call('ZADD', KEYS[4], now, cjson.encode(req))
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', 100, '*', 'r', req['id'])
-return {'ok', now, live}
+return {'ok', now, live, total}

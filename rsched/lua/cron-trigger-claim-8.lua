@@ -1,6 +1,6 @@
 -- cron-trigger-claim-8: a runner claims one run request (from cron-trigger-5)
 -- and runs it like a tick fired at the server's now: the same pause switch,
--- concurrency policy, run lock and fencing token as cron-tick-8. Only one
+-- concurrency policy, run lock and fencing token as cron-tick-9 (_admit.lua). Only one
 -- runner's ZREM removes the request: that runner, and only it, acts on it.
 --
 -- KEYS[1] triggers  ZSET request JSON -> when asked (ms)
@@ -31,6 +31,7 @@
 --@include _record.lua
 --@include _lock.lua
 --@include _cron.lua
+--@include _admit.lua
 
 local now = now_ms()
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
@@ -38,12 +39,10 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 end
 local req = cjson.decode(ARGV[1])
 local host, pid, maxlen, name = ARGV[4], ARGV[5], ARGV[7], ARGV[8]
+local extra = {cause = req['cause'], triggered_by = req['by'], trigger = req['id'],
+  after_token = req['after_token']}
 local function note(result, err)
-  local rec = {kind = 'cron', name = name, fire_ms = now, started_ms = now, finished_ms = now,
-    duration_ms = 0, result = result, host = host, pid = tonumber(pid), error = err,
-    cause = req['cause'], triggered_by = req['by'], trigger = req['id']}
-  if req['after_token'] then rec['after_token'] = req['after_token'] end
-  history(KEYS[7], maxlen, rec)
+  cron_note(KEYS[7], maxlen, name, now, now, result, err, host, pid, extra)
 end
 local function answer(t)
   redis.call('LPUSH', KEYS[2], cjson.encode(t))
@@ -60,33 +59,16 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
   answer({status = 'paused', host = host})
   return {'paused', now}
 end
-local conc = ARGV[6]
-local tok
-if conc == 'allow' then
-  tok = redis.call('INCR', KEYS[5])
-else
-  tok = lock_try(KEYS[4], KEYS[5], ARGV[2], tonumber(ARGV[3]), host, pid, now)
-  if not tok then
-    local h = lock_holder(KEYS[4])
-    if conc == 'replace' then
-      cron_supersede(KEYS[3], KEYS[7], maxlen, name, tostring(now), now, host, pid)
-      redis.call('HSET', KEYS[3], 'replace_fire', now)
-      cron_ask_stop(KEYS[4], KEYS[8], tostring(now), tonumber(ARGV[3]))
-      answer({status = 'replace', host = host, fire_ms = now,
-        message = 'the running job (token ' .. h[3] .. ') was asked to stop'})
-      return {'replace', now}
-    end
-    local why = 'previous run still active (host ' .. h[1] .. ', pid ' .. h[2] .. ', token ' .. h[3] .. ')'
-    note('skipped', why)
-    answer({status = 'skipped', host = host, message = why})
-    return {'skipped', now}
-  end
-  redis.call('HSET', KEYS[4], 'fire', now)
-  if conc == 'replace' then
-    cron_supersede(KEYS[3], KEYS[7], maxlen, name, tostring(now), now, host, pid)
-    redis.call('DEL', KEYS[8])
-  end
+local st, got = cron_admit({lock = KEYS[4], fence = KEYS[5], state = KEYS[3], hist = KEYS[7],
+  wake = KEYS[8], conc = ARGV[6], owner = ARGV[2], ttl = tonumber(ARGV[3]), host = host, pid = pid,
+  now = now, maxlen = maxlen, name = name}, tostring(now), extra)
+if st == 'replace' then
+  answer({status = 'replace', host = host, fire_ms = now,
+    message = 'the running job (token ' .. got[3] .. ') was asked to stop'})
+  return {'replace', now}
+elseif st == 'skipped' then
+  answer({status = 'skipped', host = host, message = got})
+  return {'skipped', now}
 end
-redis.call('HSET', KEYS[3], 'last_run_fire', now, 'last_result', 'running', 'last_host', host)
-answer({status = 'run', host = host, token = tok, fire_ms = now})
-return {'run', now, tok}
+answer({status = 'run', host = host, token = got, fire_ms = now})
+return {'run', now, got}
