@@ -18,7 +18,7 @@ local members = {}
 for i = 1, n do members[i] = ARGV[2 + (i - 1) * 3] end
 local raws = bulk('HMGET', KEYS[2], members)
 local leases = mscore(KEYS[1], members)
-local out, counts, done, del, recs = {}, {}, {}, {}, {}
+local out, counts, done, del, recs, durs = {}, {}, {}, {}, {}, {}
 local keep = tonumber(ARGV[1]) > 0
 for i = 1, n do
   local b = 2 + (i - 1) * 3
@@ -29,9 +29,7 @@ for i = 1, n do
     done[m] = true
     del[#del + 1] = m
     if h ~= '' and keep then recs[#recs + 1] = h end
-    if h ~= '' then
-      duration_observe(KEYS[4], string.match(h, '"duration_ms":(%d+)'), '|' .. task_type(m))
-    end
+    if h ~= '' then durs[#durs + 1] = {string.match(h, '"duration_ms":(%d+)'), '|' .. task_type(m)} end
     local f = 'ok|' .. task_type(m)
     counts[f] = (counts[f] or 0) + 1
   end
@@ -46,6 +44,8 @@ end
 for _, h in ipairs(recs) do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[1], '*', 'j', h)
 end
+-- (the histogram after the deletes too: HINCRBY may grow memory)
+for _, d in ipairs(durs) do duration_observe(KEYS[4], d[1], d[2]) end
 for f, c in pairs(counts) do
   redis.call('HINCRBY', KEYS[4], f, c)
 end

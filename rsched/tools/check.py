@@ -64,7 +64,7 @@ def run_checks(rs: Rsched, *, max_lag_ms: int | None = None, dead: bool = False)
         pipe = rs.redis.pipeline(transaction=False)
         for c in crons:
             k = rs.keys.cron(c.name)
-            pipe.zrevrange(k.ticks, 0, 0)
+            pipe.zrange(k.ticks, -1, -1)  # the last claimed tick (ZRANGE: in the ACL grant)
             pipe.hget(k.state, "registered_ms")
         got = pipe.execute()
     for i, c in enumerate(crons):

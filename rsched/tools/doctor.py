@@ -56,6 +56,7 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("type", ("TYPE", "K")),
     ("exists", ("EXISTS", "K")),
     ("del", ("DEL", "K")),
+    ("get", ("GET", "K")),  # a queue's rate limit (`queues`, the consumers' claim)
     ("set", ("SET", "K", "v")),
     ("incr", ("INCR", "K")),
     ("incrby", ("INCRBY", "K", "1")),
@@ -70,6 +71,7 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("zrange", ("ZRANGE", "K", "0", "0")),
     ("zrangebyscore", ("ZRANGEBYSCORE", "K", "-inf", "+inf")),
     ("zremrangebyscore", ("ZREMRANGEBYSCORE", "K", "-inf", "-inf")),
+    ("zpopmin", ("ZPOPMIN", "K", "1")),  # run logs: the oldest kept log goes first
     ("zscan", ("ZSCAN", "K", "0", "COUNT", "1")),  # `rsched cancel --all` reads a queue in pages
     ("hget", ("HGET", "K", "f")),
     ("hmget", ("HMGET", "K", "f")),
@@ -79,6 +81,7 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("hsetnx", ("HSETNX", "K", "f", "v")),
     ("hdel", ("HDEL", "K", "f")),
     ("hincrby", ("HINCRBY", "K", "f", "1")),
+    ("hlen", ("HLEN", "K")),
     ("lpush", ("LPUSH", "K", "1")),  # a lock's release wakes a waiter
     ("blpop", ("BLPOP", "K", "0.01")),  # a waiter for a lock (exec --if-locked wait)
     ("sadd", ("SADD", "K", "m")),
@@ -90,6 +93,13 @@ ACL_GRANT: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("xrevrange", ("XREVRANGE", "K", "+", "-", "COUNT", "1")),
     # idle cron runners block on their run requests; --after follows another cron's history
     ("xread", ("XREAD", "COUNT", "1", "STREAMS", "K", "0-0")),
+    # alert sinks: one consumer group per sink on each source's events stream
+    ("xgroup", ("XGROUP", "CREATE", "K", "g", "$", "MKSTREAM")),
+    ("xreadgroup", ("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "K", ">")),
+    ("xack", ("XACK", "K", "g", "0-1")),
+    ("xpending", ("XPENDING", "K", "g")),
+    ("xclaim", ("XCLAIM", "K", "g", "c", "0", "0-1")),
+    ("xinfo", ("XINFO", "GROUPS", "K")),
     # `rsched cancel` of a running task tells its consumer on the queue's cancel
     # channel (in the namespace: the grant's &NS:*). Not probed: without them a
     # cancelled task's handler is still stopped, at the next heartbeat.

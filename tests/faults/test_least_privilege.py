@@ -23,6 +23,8 @@ from tests.faults.harness import (
     script,
     stop,
 )
+from tests.integration.events.sinks import appender
+from tests.integration.events.sinks import lines as sink_lines
 from tests.support import Cli, RedisServer, wait_for
 
 # --- 7. ACL user
@@ -155,7 +157,22 @@ def test_least_privilege_acl_user_runs_everything_and_is_refused_the_rest(
         wait_for(lambda: len(cron_fires(fires)) >= 2, timeout=20, what="cron fires")
         cli("crons", check=0)
         cli("history", "acl", check=0)
+        cli("trigger", "acl", "--wait", check=0)  # a run request, claimed by the runner
+        cli("logs", "acl", check=0)
         assert stop(runner) == 0
+        # events and an alert sink (consumer groups on the events streams)
+        sink_out = tmp_path / "events.jsonl"
+        cli("exec", "--lock", "acl-fail", "--alert-command", appender(sink_out), "--", "false",
+            check=1)  # fmt: skip
+        assert [e["event"] for e in sink_lines(sink_out)] == ["run.failed"]
+        cli("events", check=0)
+        cli("check", check=None)
+        # priorities, a rate limit, progress
+        cli("add", "--priority", "5", "t.acl", "p1", check=0)
+        cli("run", "consumer", "--handler", f"t.acl={h}", "--burst", "--rate-limit", "100/1s",
+            env=env, check=0)  # fmt: skip
+        assert "p1" in {x.id for x in runs(log)}
+        cli("history", "--actions", check=0)
         cli("exec", "--lock", "acl-lock", "--", "true", check=0)
         cli("exec", "--lock", "acl-once", "--once-per", "1m", "--", "true", check=0)
         cli("exec", "--lock", "acl-watch", "--ttl", "600ms", "--", "sleep", "1", check=0)
