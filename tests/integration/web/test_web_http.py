@@ -437,3 +437,27 @@ def test_a_running_cron_shows_its_output_so_far(cli: Cli, rs: Rsched) -> None:
         )
         page = c.get(url).text
         assert "Running: the output so far" in page and 'data-poll="3"' in page
+
+
+def test_task_pages_show_priority_and_a_running_task_s_progress(
+    cli: Cli, rs: Rsched, tmp_path: Path
+) -> None:
+    h = tmp_path / "h.sh"
+    h.write_text('#!/bin/sh\necho "0.4 copying <b>" >&"$RSCHED_PROGRESS_FD"\nsleep 30\n')
+    h.chmod(0o755)
+    cli("add", "--priority", "7", "copy", "c1")
+    consumer = cli.spawn("run", "consumer", "--handler", f"copy={h}", "--grace", "1s")
+    try:
+        wait_for(
+            lambda: cli.json("show", "copy", "c1")["progress"], timeout=20, what="its progress"
+        )
+        w = start_web(cli)
+        with w.client() as c:
+            page = c.get("/task", params={"queue": "default", "type": "copy", "id": "c1"}).text
+            assert "40% copying &lt;b&gt;" in page and "<b>" not in page
+            assert "<dt>priority</dt><dd>7</dd>" in page
+            assert 'data-poll="15"' in page  # a running task's page refreshes
+            assert "40% copying" in c.get("/queues/default").text
+    finally:
+        consumer.terminate()
+        consumer.wait(timeout=30)
