@@ -16,6 +16,8 @@ ticks, and ``rsched queues``'s two when queues are checked.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: A tick counts as unrun once it is this far in the past (SPEC: a grace of 30 s).
 GRACE_MS = 30_000
+#: How often a namespace's live loops look for silent crons: one of them, the one that
+#: takes ``{ns}:silence-check`` (SET NX PX this); the taker tries again as it expires,
+#: the others every half of it, so at most 1.5 times this passes between two checks
+#: when the taker died (20 s: 30 s, and a silent cron is noticed within a minute of
+#: its tick, grace included). ``RSCHED_TEST_SILENCE_EVERY_MS`` shortens it in tests.
+SILENCE_EVERY_MS = 20_000
 #: Results of a last tick that make ``cron.failed``.
 NOT_OK = ("failed", "timeout", "lost", "missed")
 
@@ -130,3 +138,20 @@ def notice_silences(rs: Rsched) -> int:
         if p.check == "cron.silent" and p.name and p.fire_ms is not None:
             n += note_silent(rs, p.name, p.fire_ms, p.seen_ms or 0)
     return n
+
+
+def silence_every_ms() -> int:
+    return int(os.environ.get("RSCHED_TEST_SILENCE_EVERY_MS") or SILENCE_EVERY_MS)
+
+
+def silence_turn(rs: Rsched, me: str) -> float:
+    """A live loop's turn at the dead-man's switch: the one process of the namespace
+    that takes ``{ns}:silence-check`` for the interval runs :func:`notice_silences`;
+    the others skip (one command). The seconds until this process should try again."""
+    every = silence_every_ms()
+    taken = rs.redis.set(rs.keys.silence_check, me, nx=True, px=every)
+    if not taken:
+        return every / 2000
+    expires = time.monotonic() + every / 1000  # at the latest: the SET has returned
+    notice_silences(rs)
+    return max(0.0, expires - time.monotonic()) + 0.05
