@@ -75,12 +75,12 @@ def start_events(app: App, sinks: Any) -> Any:
     """Start the thread that delivers ``sinks``' events and notices silent crons
     (the dead-man's switch needs any live loop, sinks or not: the loops of a
     namespace take turns, one per interval). Returns it (stop())."""
-    from rsched.tools.check import silence_turn
+    from rsched.tools.check import SilenceTurns
     from rsched.tools.events import Deliverer
 
-    rs = app.rs
-    d = Deliverer(rs, sinks, log=app.info, own=getattr(app, "_loop_sources", ()))
-    d.every = lambda: silence_turn(rs, d.me)  # one loop of the namespace per interval
+    own = getattr(app, "_loop_sources", ())
+    d = Deliverer(app.rs, sinks, log=app.info, own=own)
+    d.every = SilenceTurns(app.rs, d.me, runs_crons=any(t.startswith("c:") for t in own))
     return d.start()
 
 

@@ -1,0 +1,97 @@
+"""Idle loops with alert sinks cost Redis almost nothing (guarantee 7): counted
+with INFO commandstats on a server of the test's own, which counts every command
+(those inside scripts too)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from rsched.api import Rsched
+from tests.integration.events.sinks import appender, lines
+from tests.support import Cli, RedisServer, wait_for
+
+#: The commands of event delivery (the watch, group reads, pending look-ups).
+EVENT_COMMANDS = ("xread", "xreadgroup", "xpending", "xinfo|groups", "xclaim", "xack")
+WINDOW_S = 12.0
+SILENCE_MS = 2000  # RSCHED_TEST_SILENCE_EVERY_MS: the silence check's interval, shortened
+
+
+def test_idle_runners_with_sinks_block_in_redis_and_take_turns_at_the_silence_check(
+    own_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """3 idle runners of different crons with the same [[alerts]] sink (one also
+    with a quick-use sink), and a silent cron no runner runs. The silent cron's
+    event is noticed by a loop and delivered once; then, over 12 s, the delivery
+    commands are each process's blocking XREAD (one per 10 s, shared by its
+    sinks; polling each group every 0.5 s was ~290), and the silence check ran
+    at most once per 2 s interval in the whole namespace, not once per process
+    (less: no cron can turn silent before the next minute's tick + 30 s)."""
+    cli = Cli(own_server, namespace, cwd=str(tmp_path))
+    r = own_server.client()
+    out = tmp_path / "events.jsonl"
+    cfg = tmp_path / "rsched.toml"
+    code = f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read() + '\\n')"
+    cfg.write_text(f"[[alerts]]\ncommand = {json.dumps([sys.executable, '-c', code])}\n")
+    quick = tmp_path / "quick.jsonl"
+    env = {"RSCHED_TEST_SILENCE_EVERY_MS": str(SILENCE_MS)}
+
+    def calls() -> dict[str, int]:
+        stats = r.info("commandstats")
+        return {k[len("cmdstat_") :]: int(v["calls"]) for k, v in stats.items()}
+
+    rs = Rsched(r, namespace)
+    try:
+        k = rs.keys.cron("quiet")
+        now = rs.now_ms()
+        r.sadd(rs.keys.crons, "quiet")
+        r.hset(
+            k.state, mapping={"schedule": "* * * * *", "tz": "UTC", "registered_ms": now - 600_000}
+        )
+        for i in range(3):
+            extra = ["--alert-command", appender(quick)] if i == 0 else []
+            cli.spawn(
+                "--config",
+                str(cfg),
+                "run",
+                "cron",
+                f"idle{i}",
+                "--schedule",
+                "0 3 1 1 *",
+                *extra,
+                "--",
+                "true",
+                env=env,
+            )
+        wait_for(lambda: r.scard(rs.keys.crons) == 4, 20, what="3 runners registered")
+        got = wait_for(
+            lambda: [e for e in lines(out) if e["event"] == "cron.silent"],
+            30,
+            what="the silent cron's event noticed by a loop and delivered",
+        )
+        before = calls()
+        t0 = time.monotonic()
+        time.sleep(WINDOW_S)  # the idle period under measurement
+        after = calls()
+        elapsed = time.monotonic() - t0
+        d = {c: after.get(c, 0) - before.get(c, 0) for c in after}
+        d = {c: n for c, n in d.items() if n > 0 and not c.startswith(("info", "config"))}
+        total = sum(d.values())
+        print(f"3 idle runners, 2 sinks: {total} commands in {elapsed:.1f}s: {d}")
+        delivery = sum(d.get(c, 0) for c in EVENT_COMMANDS)
+        # 3 processes x (12 s / 10 s block + 1), with room for one pending scan each
+        assert delivery <= 3 * 4, d
+        assert d.get("xread", 0) >= 3  # each one blocks (not idle without a watch)
+        assert not d.get("xreadgroup") and not d.get("xpending")
+        # a check reads each of the 4 crons' last claimed tick (ZREVRANGE) once: one
+        # loop at a time checks, not each of them every interval
+        assert d.get("zrevrange", 0) / 4 <= WINDOW_S * 1000 / SILENCE_MS + 1, d
+        assert r.pttl(rs.keys.silence_check) > 0  # the next turn: when the key expires
+        silent = [e for e in cli.json("events") if e["event"] == "cron.silent"]
+        assert len(silent) == 1 and [e["event_id"] for e in lines(out)] == [silent[0]["event_id"]]
+        assert got[0]["name"] == "quiet" and silent[0]["delivery"] == "delivered"
+        assert not lines(quick)  # the quick-use sink serves its loop's own cron only
+    finally:
+        cli.close()
