@@ -36,14 +36,14 @@ GRACE_MS = 30_000
 #: every other loop tries again every SILENCE_EVERY_MS, the taker when the key expires.
 #: So a check runs at most SILENCE_EVERY_MS after one could find something: a silent
 #: cron is noticed within 30 s + 20 s of its tick. A loop that runs crons checks
-#: SILENCE_FIRST_S after it starts whatever the key says (its crons are registered
-#: by then, and may tick sooner than the key's hint knew). A cron resumed, or
+#: SILENCE_EVERY_MS after it starts whatever the key says (its crons are registered
+#: by then, and may tick sooner than the key's hint knew; none of them can be
+#: silent before its first tick plus the grace, 30 s). A cron resumed, or
 #: re-registered with another schedule by a runner that then died, is noticed at the
 #: latest SILENCE_HINT_MAX_MS later. ``RSCHED_TEST_SILENCE_EVERY_MS`` shortens the
 #: interval in tests.
 SILENCE_EVERY_MS = 20_000
 SILENCE_HINT_MAX_MS = 300_000
-SILENCE_FIRST_S = 5.0
 #: Results of a last tick that make ``cron.failed``.
 NOT_OK = ("failed", "timeout", "lost", "missed")
 
@@ -184,7 +184,7 @@ def silence_every_ms() -> int:
 class SilenceTurns:
     """A live loop's turns at the dead-man's switch (the Deliverer's ``every``):
     each call returns the seconds until the next one. ``runs_crons``: the loop's
-    first check comes SILENCE_FIRST_S after its start, whatever the key says."""
+    first check comes one interval after its start, whatever the key says."""
 
     def __init__(self, rs: Rsched, me: str, runs_crons: bool = False) -> None:
         self.rs, self.me = rs, me
@@ -195,7 +195,7 @@ class SilenceTurns:
         every = silence_every_ms()
         if self._forced == 0:
             self._forced = 1
-            return SILENCE_FIRST_S if every >= SILENCE_EVERY_MS else every / 1000
+            return every / 1000
         key = self.rs.keys.silence_check
         if self._forced == 1:
             self._forced = -1
