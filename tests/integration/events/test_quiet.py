@@ -10,12 +10,16 @@ import time
 from pathlib import Path
 
 from rsched.api import Rsched
+from tests.clusters import Cluster, ClusterCli, ccli, cluster, needs_cluster
 from tests.integration.events.sinks import appender, lines
 from tests.support import Cli, RedisServer, wait_for
+
+__all__ = ["ccli", "cluster"]  # fixtures, imported for pytest
 
 #: The commands of event delivery (the watch, group reads, pending look-ups).
 EVENT_COMMANDS = ("xread", "xreadgroup", "xpending", "xinfo|groups", "xclaim", "xack")
 WINDOW_S = 12.0
+FAST = {"RSCHED_TEST_ALERT_BACKOFF_MS": "100"}
 SILENCE_MS = 2000  # RSCHED_TEST_SILENCE_EVERY_MS: the silence check's interval, shortened
 
 
@@ -95,3 +99,41 @@ def test_idle_runners_with_sinks_block_in_redis_and_take_turns_at_the_silence_ch
         assert not lines(quick)  # the quick-use sink serves its loop's own cron only
     finally:
         cli.close()
+
+
+@needs_cluster
+def test_events_are_delivered_once_on_a_cluster(
+    cluster: Cluster, ccli: ClusterCli, tmp_path: Path
+) -> None:
+    """Two runners with the same [[alerts]] sink, crons in slots of different
+    primaries (each process reads the streams of both slots, pipelined), and one
+    with a quick-use sink of its own cron's one slot (a blocking XREAD there):
+    each failure reaches each sink once."""
+    ns = ccli.namespace
+    a = "fa"
+    b = next(
+        n
+        for n in (f"fb{i}" for i in range(50))
+        if cluster.node_of(f"{ns}:{{c:{n}}}:state").port
+        != cluster.node_of(f"{ns}:{{c:{a}}}:state").port
+    )
+    out, quick = tmp_path / "events.jsonl", tmp_path / "quick.jsonl"
+    code = f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read() + '\\n')"
+    cfg = tmp_path / "rsched.toml"
+    cfg.write_text(
+        f'[[alerts]]\ncommand = {json.dumps([sys.executable, "-c", code])}\nevents = ["run.failed"]\n'
+    )
+    every = ["--schedule", "* * * * * *", "--", "false"]
+    for n in (a, b):
+        ccli.spawn("--config", str(cfg), "run", "cron", n, *every, env=FAST)
+    ccli.spawn("run", "cron", "fc", "--alert-command", appender(quick), *every, env=FAST)
+
+    def firsts() -> bool:
+        got = {(e["name"], e["token"]) for e in lines(out)}
+        return {(a, 1), (b, 1)} <= got and any(e["name"] == "fc" for e in lines(quick))
+
+    wait_for(firsts, 40, what="the first failure of each cron delivered")
+    ids = [e["event_id"] for e in lines(out)]
+    assert len(ids) == len(set(ids))  # once, though two processes serve the sink
+    assert {e["event"] for e in lines(out)} == {"run.failed"}  # the table's events only
+    assert {e["name"] for e in lines(quick)} == {"fc"}
