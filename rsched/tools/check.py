@@ -77,7 +77,7 @@ def run_checks(rs: Rsched, *, max_lag_ms: int | None = None, dead: bool = False)
 def _checks(
     rs: Rsched, *, max_lag_ms: int | None = None, dead: bool = False
 ) -> tuple[list[Problem], int | None]:
-    """The problems, and when (server ms) the earliest unpaused cron's next tick
+    """The problems, and in how many ms the earliest unpaused cron's next tick
     passes the grace (None: no cron with a schedule)."""
     from rsched.cron.admin import list_crons
 
@@ -133,7 +133,7 @@ def _checks(
                 )
             if dead and q.dead:
                 out.append(Problem("queue.dead", None, q.queue, f"{q.dead} dead task(s)"))
-    return out, quiet
+    return out, (quiet - now if quiet is not None else None)
 
 
 def _last_due(
@@ -202,9 +202,7 @@ class SilenceTurns:
         elif not self.rs.redis.set(key, self.me, nx=True, px=every):
             return every / 1000
         self.checks += 1
-        _n, quiet = _notice(self.rs)
-        now = self.rs.now_ms()
-        hint = every if quiet is None else quiet - now
-        hint = max(every, min(SILENCE_HINT_MAX_MS, hint))
+        _n, quiet_ms = _notice(self.rs)
+        hint = max(every, min(SILENCE_HINT_MAX_MS, every if quiet_ms is None else quiet_ms))
         self.rs.redis.set(key, self.me, px=hint)
         return hint / 1000 + 0.05  # the key has expired by then: this loop takes it again

@@ -137,3 +137,37 @@ def test_events_are_delivered_once_on_a_cluster(
     assert len(ids) == len(set(ids))  # once, though two processes serve the sink
     assert {e["event"] for e in lines(out)} == {"run.failed"}  # the table's events only
     assert {e["name"] for e in lines(quick)} == {"fc"}
+
+
+def test_a_live_loop_notices_a_cron_turning_silent_at_the_time_its_last_check_said(
+    cli: Cli, rs: Rsched
+) -> None:
+    """A consumer loop (no crons of its own) checks at its start: the cron that no
+    runner runs is not silent yet. The check sets the key's PX to when the cron's
+    next tick passes the grace (no check is needed before): the loop takes its
+    next turn then and notices the silence, once."""
+    k = rs.keys.cron("ghost")
+    now = rs.now_ms()
+    rs.redis.sadd(rs.keys.crons, "ghost")
+    rs.redis.hset(
+        k.state, mapping={"schedule": "*/5 * * * * *", "tz": "UTC", "registered_ms": now - 24_000}
+    )
+    cli.spawn(
+        "run",
+        "consumer",
+        "--queue",
+        "q",
+        "--handler",
+        "t=true",
+        env={"RSCHED_TEST_SILENCE_EVERY_MS": "1000"},
+    )
+    wait_for(lambda: rs.redis.exists(rs.keys.silence_check), 20, what="the loop's first check")
+    assert not [e for e in cli.json("events") if e["event"] == "cron.silent"]
+    silent = wait_for(
+        lambda: [e for e in cli.json("events") if e["event"] == "cron.silent"],
+        30,
+        what="the silence noticed by the loop",
+    )
+    assert len(silent) == 1 and silent[0]["name"] == "ghost"
+    fire = silent[0]["fire_at"]
+    assert fire and silent[0]["at_ms"] - now >= 6_000  # a tick after the registration
