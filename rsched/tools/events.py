@@ -23,6 +23,13 @@ by its owner, or by another consumer once also the sink's timeout has passed
 (the owner died). After the 8th failure it is acknowledged and recorded
 ``failed``. Delivery runs in a thread: it never blocks a run loop.
 
+Quiet. The thread does not poll: one ``XREAD BLOCK`` (10 s) over every events
+stream it serves, shared by all its sinks, wakes it when one has something
+new, and only then does it read that stream's groups. It looks at pending
+entries only when it knows of some (its own failed attempt's backoff; those a
+scan finds when it starts serving a stream; a woken stream's, once the sink's
+timeout passed: a dead owner's). See :class:`Deliverer`.
+
 Outcomes: an event the group has read and not pending is ``delivered``
 (after one attempt), unless ``evdone`` says otherwise (outcomes that took a
 retry or failed, trimmed with the stream). A sink only takes events recorded
@@ -514,19 +521,18 @@ class Deliverer:
     served events stream, shared by all the sinks: on a Cluster one per hash
     slot when the streams share one, else a pipelined read every
     :data:`CLUSTER_POLL_S`) and reads a sink's group only for a stream that has
-    something new. Pending deliveries are looked at when this process knows of
-    some (its own failed attempt, or one found by a scan), and every stream with
-    events is scanned for another process's pending ones (a dead owner's) every
-    :data:`PENDING_SCAN_S`. The sources are listed again every :data:`RELIST_S`;
-    a loop's own sources (the quick-use sinks' names) are watched from the start."""
+    something new. Pending deliveries are looked at only when this process
+    knows of some: its own failed attempt (after the backoff), the pending
+    entries of a scan when it starts serving a stream, and, after a stream woke
+    it, once the sink's timeout has passed (another consumer that took the event
+    and died leaves it pending; one that failed, to retry). The sources are
+    listed again every :data:`RELIST_S`; a loop's own sources are watched from
+    the start."""
 
     #: Longest block of the watching XREAD (then it re-arms; ``RSCHED_TEST_EVENTS_BLOCK_MS``).
     BLOCK_S = 10.0
     #: How often the namespace's sources are listed again (new crons, queues, locks).
     RELIST_S = 60.0
-    #: How often the streams with events are scanned for pending deliveries of other
-    #: processes (an owner that died); a found one is then retried when due.
-    PENDING_SCAN_S = 30.0
     #: Cluster with streams in several slots: one pipelined non-blocking XREAD this often.
     CLUSTER_POLL_S = 1.0
     #: Without an ``every`` that says when to call it next.
@@ -565,8 +571,6 @@ class Deliverer:
         self._due: dict[tuple[str, str], float] = {}
         #: events stream -> the id the watching XREAD reads after
         self._ids: dict[str, str] = {}
-        #: events streams that exist (scanned for other processes' pending entries)
-        self._live: set[str] = set()
         self._watch: Any = None  # the watching XREAD's own client
         #: commands of the watching loop (tests: ``rsched`` costs Redis this little)
         self.watch_calls = 0
@@ -625,7 +629,6 @@ class Deliverer:
     def _run(self) -> None:
         silence_at = 0.0
         listed_at = -1.0
-        scan_at = time.monotonic() + self.PENDING_SCAN_S
         delay = 0.5
         while not self._stop.is_set():
             try:
@@ -642,13 +645,9 @@ class Deliverer:
                     self._adopt(first=listed_at < 0)
                     listed_at = time.monotonic()
                 now = time.monotonic()
-                if now >= scan_at:
-                    self._scan(sorted(self._live))
-                    scan_at = now + self.PENDING_SCAN_S
                 wake = min(
                     silence_at if self.every is not None else now + self.block_s,
                     listed_at + self.RELIST_S,
-                    scan_at,
                     min(self._due.values(), default=now + self.block_s),
                     now + self.block_s,
                 )
@@ -657,6 +656,9 @@ class Deliverer:
                     if src.events in woke:
                         for sink in self._serving(src):
                             self._read_new(sink, src)
+                            # whoever took an event: delivered, or pending by then
+                            later = (sink.timeout_ms + backoff_ms(1) + 1500) / 1000
+                            self._note_due(sink, src, time.monotonic() + later)
                 self._retry_known()
                 delay = 0.5
             except Exception as exc:  # noqa: BLE001 - never end the thread; retry next pass
@@ -700,8 +702,8 @@ class Deliverer:
             self._retry_known()
 
     def _scan(self, streams: Sequence[str]) -> None:
-        """Which of ``streams`` exist, and which hold pending deliveries of this
-        process's sinks (noted in ``_due``: retried when due)."""
+        """Which of ``streams`` hold pending deliveries of this process's sinks
+        (noted in ``_due``: looked at, and retried when due)."""
         if not streams:
             return
         pipe = self.rs.redis.pipeline(transaction=False)
@@ -710,10 +712,8 @@ class Deliverer:
         mine = {GROUP_PREFIX + s.id: s.id for s in self.sinks}
         now = time.monotonic()
         for k, got in zip(streams, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(got, Exception):
-                self._live.discard(k)
+            if isinstance(got, Exception):  # no such stream
                 continue
-            self._live.add(k)
             for g in got or []:
                 sid = mine.get(_s(g.get("name")))
                 if sid is not None and int(g.get("pending") or 0):
@@ -769,7 +769,6 @@ class Deliverer:
             k = _s(stream)
             if entries:
                 self._ids[k] = _s(entries[-1][0])
-                self._live.add(k)
                 woke.add(k)
         return woke
 
