@@ -31,17 +31,17 @@ if TYPE_CHECKING:  # pragma: no cover
 GRACE_MS = 30_000
 #: The dead-man's switch of the live loops: one process of a namespace checks at a
 #: time, the one that takes ``{ns}:silence-check`` (SET NX). Having checked, it sets
-#: the key's PX to how long no cron can turn silent (the earliest next tick of an
-#: unpaused cron, plus the grace), at least SILENCE_EVERY_MS, at most SILENCE_HINT_MAX_MS;
-#: every other loop tries again every SILENCE_EVERY_MS, the taker when the key expires.
-#: So a check runs at most SILENCE_EVERY_MS after one could find something: a silent
-#: cron is noticed within 30 s + 20 s of its tick. A loop that runs crons checks
-#: SILENCE_EVERY_MS after it starts whatever the key says (its crons are registered
-#: by then, and may tick sooner than the key's hint knew; none of them can be
-#: silent before its first tick plus the grace, 30 s). A cron resumed, or
-#: re-registered with another schedule by a runner that then died, is noticed at the
-#: latest SILENCE_HINT_MAX_MS later. ``RSCHED_TEST_SILENCE_EVERY_MS`` shortens the
-#: interval in tests.
+#: the key's PX to how long no cron can turn silent: until the earliest next tick of
+#: an unpaused cron passes the grace (no cron with a schedule: the most), at least
+#: SILENCE_EVERY_MS, at most SILENCE_HINT_MAX_MS. Every other loop tries again every
+#: SILENCE_EVERY_MS, the taker when the key expires: a check runs at most
+#: SILENCE_EVERY_MS after one could find something, and a silent cron is noticed
+#: within 30 s + 20 s of its tick. A loop that runs crons checks SILENCE_EVERY_MS
+#: after its start whatever the key says (its crons are registered by then and may
+#: tick sooner than the key knew; none can be silent before its first tick plus
+#: the grace). A cron resumed, or re-registered with another schedule by a runner
+#: that then died, is noticed SILENCE_HINT_MAX_MS late at worst.
+#: ``RSCHED_TEST_SILENCE_EVERY_MS`` shortens the interval in tests.
 SILENCE_EVERY_MS = 20_000
 SILENCE_HINT_MAX_MS = 300_000
 #: Results of a last tick that make ``cron.failed``.
@@ -203,6 +203,10 @@ class SilenceTurns:
             return every / 1000
         self.checks += 1
         _n, quiet_ms = _notice(self.rs)
-        hint = max(every, min(SILENCE_HINT_MAX_MS, every if quiet_ms is None else quiet_ms))
-        self.rs.redis.set(key, self.me, px=hint)
+        # No cron with a schedule: none can turn silent before a runner registers
+        # one, and that runner checks one interval after its start.
+        hint = SILENCE_HINT_MAX_MS if quiet_ms is None else quiet_ms
+        hint = max(every, min(SILENCE_HINT_MAX_MS, hint))
+        if hint != every:
+            self.rs.redis.set(key, self.me, px=hint)
         return hint / 1000 + 0.05  # the key has expired by then: this loop takes it again
