@@ -694,18 +694,20 @@ class Deliverer:
         floor = f"{max(0, self.rs.now_ms() - 1)}-0"
         for x in new:
             self._ids[x.events] = floor
+        have = self._scan([x.events for x in new])
         for x in new:  # what was recorded before the watch covers it
-            for sink in self._serving(x):
-                self._read_new(sink, x)
-        self._scan([x.events for x in new])
+            if x.events in have:  # (a stream made later wakes the watch)
+                for sink in self._serving(x):
+                    self._read_new(sink, x)
         if first:
             self._retry_known()
 
-    def _scan(self, streams: Sequence[str]) -> None:
-        """Which of ``streams`` hold pending deliveries of this process's sinks
-        (noted in ``_due``: looked at, and retried when due)."""
+    def _scan(self, streams: Sequence[str]) -> set[str]:
+        """Which of ``streams`` exist (returned), and which hold pending deliveries
+        of this process's sinks (noted in ``_due``: looked at, retried when due)."""
+        have: set[str] = set()
         if not streams:
-            return
+            return have
         pipe = self.rs.redis.pipeline(transaction=False)
         for k in streams:
             pipe.xinfo_groups(k)
@@ -714,10 +716,12 @@ class Deliverer:
         for k, got in zip(streams, pipe.execute(raise_on_error=False), strict=True):
             if isinstance(got, Exception):  # no such stream
                 continue
+            have.add(k)
             for g in got or []:
                 sid = mine.get(_s(g.get("name")))
                 if sid is not None and int(g.get("pending") or 0):
                     self._due.setdefault((sid, k), now)
+        return have
 
     def _retry_known(self) -> None:
         """Retry the pending deliveries this process knows are due."""
