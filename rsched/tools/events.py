@@ -518,10 +518,11 @@ class Deliverer:
     crons. One per run loop; stop() ends it.
 
     Quiet while idle: the thread blocks in Redis (one ``XREAD BLOCK`` over every
-    served events stream, shared by all the sinks: on a Cluster one per hash
-    slot when the streams share one, else a pipelined read every
-    :data:`CLUSTER_POLL_S`) and reads a sink's group only for a stream that has
-    something new. Pending deliveries are looked at only when this process
+    served events stream, shared by all the sinks) and reads a sink's group only
+    for a stream that has something new. On a Cluster a multi-key XREAD must stay
+    in one slot: one blocking call when the streams share one, else one pipelined
+    non-blocking XREAD per slot every :data:`CLUSTER_POLL_S` (a blocking
+    connection and thread per slot would mean one per cron and queue). Pending deliveries are looked at only when this process
     knows of some: its own failed attempt (after the backoff), the pending
     entries of a scan when it starts serving a stream, and, after a stream woke
     it, once the sink's timeout has passed (another consumer that took the event
@@ -572,8 +573,6 @@ class Deliverer:
         #: events stream -> the id the watching XREAD reads after
         self._ids: dict[str, str] = {}
         self._watch: Any = None  # the watching XREAD's own client
-        #: commands of the watching loop (tests: ``rsched`` costs Redis this little)
-        self.watch_calls = 0
 
     def start(self) -> Deliverer:
         self.register()
@@ -758,13 +757,11 @@ class Deliverer:
                 by_slot.setdefault(self._watch.keyslot(k), {})[k] = v
             groups = list(by_slot.values())
         if len(groups) == 1:
-            self.watch_calls += 1
             got = self._watch.xread(groups[0], count=100, block=max(1, int(timeout_s * 1000)))
         else:  # a Cluster, streams in several slots: a pipelined read, then a pause
             pipe = self._watch.pipeline(transaction=False)
             for g in groups:
                 pipe.xread(g, count=100)
-            self.watch_calls += len(groups)
             got = [r for res in pipe.execute() for r in (res or [])]
             if not got:
                 self._stop.wait(min(timeout_s, self.CLUSTER_POLL_S))
