@@ -16,11 +16,13 @@ from tests.support import Cli, RedisServer, wait_for
 
 __all__ = ["ccli", "cluster"]  # fixtures, imported for pytest
 
-#: The commands of event delivery (the watch, group reads, pending look-ups).
-EVENT_COMMANDS = ("xread", "xreadgroup", "xpending", "xinfo|groups", "xclaim", "xack")
+#: The commands of event delivery but the watch (group reads, pending look-ups).
+GROUP_COMMANDS = ("xreadgroup", "xpending", "xclaim", "xack", "xgroup|create")
 WINDOW_S = 12.0
 FAST = {"RSCHED_TEST_ALERT_BACKOFF_MS": "100"}
-SILENCE_MS = 2000  # RSCHED_TEST_SILENCE_EVERY_MS: the silence check's interval, shortened
+#: RSCHED_TEST_SILENCE_EVERY_MS: the silence check's interval, shortened (a loop's
+#: turn there also re-arms its watch: 3 XREADs per 12 s, not 2)
+SILENCE_MS = 5000
 
 
 def test_idle_runners_with_sinks_block_in_redis_and_take_turns_at_the_silence_check(
@@ -31,7 +33,7 @@ def test_idle_runners_with_sinks_block_in_redis_and_take_turns_at_the_silence_ch
     event is noticed by a loop and delivered once; then, over 12 s, the delivery
     commands are each process's blocking XREAD (one per 10 s, shared by its
     sinks; polling each group every 0.5 s was ~290), and the silence check ran
-    at most once per 2 s interval in the whole namespace, not once per process
+    at most once per 5 s interval in the whole namespace, not once per process
     (less: no cron can turn silent before the next minute's tick + 30 s)."""
     cli = Cli(own_server, namespace, cwd=str(tmp_path))
     r = own_server.client()
@@ -87,11 +89,10 @@ def test_idle_runners_with_sinks_block_in_redis_and_take_turns_at_the_silence_ch
         d = {c: n for c, n in d.items() if n > 0 and not c.startswith(("info", "config"))}
         total = sum(d.values())
         print(f"3 idle runners, 2 sinks: {total} commands in {elapsed:.1f}s: {d}")
-        delivery = sum(d.get(c, 0) for c in EVENT_COMMANDS)
-        # 3 processes x (12 s / 10 s block + 1), with room for one pending scan each
-        assert delivery <= 3 * 4, d
-        assert d.get("xread", 0) >= 3  # each one blocks (not idle without a watch)
-        assert not d.get("xreadgroup") and not d.get("xpending")
+        # no group read, no pending look-up while nothing happens (polling: ~290)
+        assert not sum(d.get(c, 0) for c in GROUP_COMMANDS), d
+        # each process: its watch (3 per 12 s) and the runner's own wait (2 per 12 s)
+        assert 3 <= d.get("xread", 0) <= 3 * 6, d
         # a check reads each of the 4 crons' last claimed tick (ZREVRANGE) once: one
         # loop at a time checks, not each of them every interval
         assert d.get("zrevrange", 0) / 4 <= WINDOW_S * 1000 / SILENCE_MS + 1, d
