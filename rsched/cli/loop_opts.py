@@ -65,6 +65,7 @@ def alert_sinks(app: App, sources: Any = ()) -> list[Any]:
     from rsched.tools.events import parse_alerts, quick_sinks
 
     sinks = parse_alerts(app.settings.file.get("alerts"), app.settings.config_path)
+    app._loop_sources = tuple(sources)  # type: ignore[attr-defined]  # watched from the start
     cmds = getattr(app, "_alert_command", ())
     urls = getattr(app, "_alert_url", ())
     return sinks + quick_sinks(cmds, urls, sources)
@@ -72,12 +73,15 @@ def alert_sinks(app: App, sources: Any = ()) -> list[Any]:
 
 def start_events(app: App, sinks: Any) -> Any:
     """Start the thread that delivers ``sinks``' events and notices silent crons
-    (the dead-man's switch needs any live loop, sinks or not). Returns it (stop())."""
-    from rsched.tools.check import notice_silences
+    (the dead-man's switch needs any live loop, sinks or not: the loops of a
+    namespace take turns, one per interval). Returns it (stop())."""
+    from rsched.tools.check import SilenceTurns
     from rsched.tools.events import Deliverer
 
-    rs = app.rs
-    return Deliverer(rs, sinks, log=app.info, every=lambda: notice_silences(rs)).start()
+    own = getattr(app, "_loop_sources", ())
+    d = Deliverer(app.rs, sinks, log=app.info, own=own)
+    d.every = SilenceTurns(app.rs, d.me, runs_crons=any(t.startswith("c:") for t in own))
+    return d.start()
 
 
 def loop_options(f: Any) -> Any:

@@ -439,6 +439,12 @@ class Keys:
         return f"{self.ns}:alert-sinks"
 
     @property
+    def silence_check(self) -> str:
+        """STRING, PX the check's interval: the process that set it (NX) checks the
+        namespace for silent crons this interval; the others skip."""
+        return f"{self.ns}:silence-check"
+
+    @property
     def alert_stats(self) -> str:
         """HASH "SINK_ID OUTCOME" -> deliveries by outcome (``rsched metrics``)."""
         return f"{self.ns}:alert-stats"

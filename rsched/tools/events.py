@@ -23,6 +23,13 @@ by its owner, or by another consumer once also the sink's timeout has passed
 (the owner died). After the 8th failure it is acknowledged and recorded
 ``failed``. Delivery runs in a thread: it never blocks a run loop.
 
+Quiet. The thread does not poll: one ``XREAD BLOCK`` (10 s) over every events
+stream it serves, shared by all its sinks, wakes it when one has something
+new, and only then does it read that stream's groups. It looks at pending
+entries only when it knows of some (its own failed attempt's backoff; those a
+scan finds when it starts serving a stream; a woken stream's, once the sink's
+timeout passed: a dead owner's). See :class:`Deliverer`.
+
 Outcomes: an event the group has read and not pending is ``delivered``
 (after one attempt), unless ``evdone`` says otherwise (outcomes that took a
 retry or failed, trimmed with the stream). A sink only takes events recorded
@@ -508,9 +515,28 @@ def _outcome(st: Any, s: Source, eid: str, sid: str) -> tuple[str, int]:
 
 class Deliverer:
     """A thread that delivers this process's sinks' events and notices silent
-    crons. One per run loop; stop() ends it."""
+    crons. One per run loop; stop() ends it.
 
-    POLL_S = 0.5
+    Quiet while idle: the thread blocks in Redis (one ``XREAD BLOCK`` over every
+    served events stream, shared by all the sinks) and reads a sink's group only
+    for a stream that has something new. On a Cluster a multi-key XREAD must stay
+    in one slot: one blocking call when the streams share one, else one pipelined
+    non-blocking XREAD per slot every :data:`CLUSTER_POLL_S` (a blocking
+    connection and thread per slot would mean one per cron and queue). Pending deliveries are looked at only when this process
+    knows of some: its own failed attempt (after the backoff), the pending
+    entries of a scan when it starts serving a stream, and, after a stream woke
+    it, once the sink's timeout has passed (another consumer that took the event
+    and died leaves it pending; one that failed, to retry). The sources are
+    listed again every :data:`RELIST_S`; a loop's own sources are watched from
+    the start."""
+
+    #: Longest block of the watching XREAD (then it re-arms; ``RSCHED_TEST_EVENTS_BLOCK_MS``).
+    BLOCK_S = 10.0
+    #: How often the namespace's sources are listed again (new crons, queues, locks).
+    RELIST_S = 60.0
+    #: Cluster with streams in several slots: one pipelined non-blocking XREAD this often.
+    CLUSTER_POLL_S = 1.0
+    #: Without an ``every`` that says when to call it next.
     SILENCE_EVERY_S = 15.0
 
     def __init__(
@@ -520,11 +546,15 @@ class Deliverer:
         log: Any = None,
         every: Any = None,
         only: Sequence[str] | None = None,
+        own: Iterable[str] = (),
     ) -> None:
-        """``every``: called every SILENCE_EVERY_S (the dead-man's switch);
-        ``only``: serve just these source tags (``exec``: its own lock)."""
+        """``every``: the dead-man's switch, called at once and then after the
+        seconds it returns (SILENCE_EVERY_S when it returns None);
+        ``only``: serve just these source tags (``exec``: its own lock);
+        ``own``: the loop's own source tags, watched before they are registered."""
         self.rs = rs
         self.only = list(only) if only is not None else None
+        self.own = set(own)
         self.every = every
         self.sinks = list(sinks)
         self.me = f"{host_id()}:{os.getpid()}:{os.urandom(3).hex()}"
@@ -534,9 +564,15 @@ class Deliverer:
         self._thread: threading.Thread | None = None
         self._srcs: list[Source] = []
         self._srcs_at = 0.0
-        self._silence_at = 0.0
         self.delivered = 0
         self.failed = 0
+        block_ms = os.environ.get("RSCHED_TEST_EVENTS_BLOCK_MS")
+        self.block_s = int(block_ms) / 1000 if block_ms else self.BLOCK_S
+        #: (sink id, events stream) -> when (monotonic) a pending entry there is due
+        self._due: dict[tuple[str, str], float] = {}
+        #: events stream -> the id the watching XREAD reads after
+        self._ids: dict[str, str] = {}
+        self._watch: Any = None  # the watching XREAD's own client
 
     def start(self) -> Deliverer:
         self.register()
@@ -546,7 +582,11 @@ class Deliverer:
 
     def stop(self, drain_s: float = 0.0) -> None:
         """End the thread; ``drain_s``: first deliver what is due, for that long at most."""
+        from rsched.core import clients
+
         self._stop.set()
+        if self._watch is not None:  # shuts the socket down under a blocked XREAD
+            clients.close(self._watch)
         if self._thread is not None:
             self._thread.join(timeout=max(1.0, drain_s))
         if drain_s > 0:
@@ -583,19 +623,157 @@ class Deliverer:
         for sid, d in _known_sinks(self.rs).items():
             self._since[sid] = int(d.get("since_ms") or 0)
 
+    # --- the thread -------------------------------------------------------------
+
     def _run(self) -> None:
+        silence_at = 0.0
+        listed_at = -1.0
+        delay = 0.5
         while not self._stop.is_set():
             try:
-                busy = self.poll()
-                if time.monotonic() - self._silence_at >= self.SILENCE_EVERY_S:
-                    self._silence_at = time.monotonic()
-                    if self.every is not None:
-                        self.every()
-            except Exception as exc:  # noqa: BLE001 - never end the thread; retry next poll
+                now = time.monotonic()
+                if self.every is not None and now >= silence_at:
+                    nxt = self.every()
+                    silence_at = time.monotonic() + (
+                        float(nxt) if nxt is not None else self.SILENCE_EVERY_S
+                    )
+                if not self.sinks:
+                    self._stop.wait(max(0.0, silence_at - time.monotonic()))
+                    continue
+                if listed_at < 0 or now - listed_at >= self.RELIST_S:
+                    self._adopt(first=listed_at < 0)
+                    listed_at = time.monotonic()
+                now = time.monotonic()
+                wake = min(
+                    silence_at if self.every is not None else now + self.block_s,
+                    listed_at + self.RELIST_S,
+                    min(self._due.values(), default=now + self.block_s),
+                    now + self.block_s,
+                )
+                woke = self._wait(max(0.0, wake - now))
+                for src in self._srcs:
+                    if src.events in woke:
+                        for sink in self._serving(src):
+                            self._read_new(sink, src)
+                            # whoever took an event: delivered, or pending by then
+                            later = (sink.timeout_ms + backoff_ms(1) + 1500) / 1000
+                            self._note_due(sink, src, time.monotonic() + later)
+                self._retry_known()
+                delay = 0.5
+            except Exception as exc:  # noqa: BLE001 - never end the thread; retry next pass
+                if self._stop.is_set():
+                    break
                 self.log(f"rsched: events: {exc}")
-                busy = False
-            if not busy:
-                self._stop.wait(self.POLL_S)
+                self._stop.wait(delay)
+                delay = min(10.0, delay * 2)
+
+    def _serving(self, src: Source) -> list[Sink]:
+        return [s for s in self.sinks if s.sources is None or src.serves in s.sources]
+
+    def _list(self) -> list[Source]:
+        """The served sources: ``only``, or the namespace's, with the quick-use
+        sinks' own names even before they are registered."""
+        if self.only is not None:
+            return [source(self.rs, t) for t in self.only]
+        listed = sources(self.rs)
+        have = {x.events for x in listed}
+        own = sorted(self.own | {t for s in self.sinks for t in (s.sources or ())})
+        return listed + [x for x in (source(self.rs, t) for t in own) if x.events not in have]
+
+    def _adopt(self, first: bool) -> None:
+        """List the sources; watch each new one from now on and read what it holds
+        already (the first time: everything, with the pending entries)."""
+        srcs = self._list()
+        new = [x for x in srcs if x.events not in self._ids]
+        self._srcs = [x for x in srcs if self._serving(x)]
+        self._srcs_at = time.monotonic()
+        new = [x for x in new if self._serving(x)]
+        if not new:
+            return
+        floor = f"{max(0, self.rs.now_ms() - 1)}-0"
+        for x in new:
+            self._ids[x.events] = floor
+        have = self._scan([x.events for x in new])
+        for x in new:  # what was recorded before the watch covers it
+            if x.events in have:  # (a stream made later wakes the watch)
+                for sink in self._serving(x):
+                    self._read_new(sink, x)
+        if first:
+            self._retry_known()
+
+    def _scan(self, streams: Sequence[str]) -> set[str]:
+        """Which of ``streams`` exist (returned), and which hold pending deliveries
+        of this process's sinks (noted in ``_due``: looked at, retried when due)."""
+        have: set[str] = set()
+        if not streams:
+            return have
+        pipe = self.rs.redis.pipeline(transaction=False)
+        for k in streams:
+            pipe.xinfo_groups(k)
+        mine = {GROUP_PREFIX + s.id: s.id for s in self.sinks}
+        now = time.monotonic()
+        for k, got in zip(streams, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(got, Exception):  # no such stream
+                continue
+            have.add(k)
+            for g in got or []:
+                sid = mine.get(_s(g.get("name")))
+                if sid is not None and int(g.get("pending") or 0):
+                    self._due.setdefault((sid, k), now)
+        return have
+
+    def _retry_known(self) -> None:
+        """Retry the pending deliveries this process knows are due."""
+        now = time.monotonic()
+        due = [key for key, at in self._due.items() if at <= now]
+        if not due:
+            return
+        by_id = {s.id: s for s in self.sinks}
+        srcs = {x.events: x for x in self._srcs}
+        for sid, k in due:
+            sink, src = by_id.get(sid), srcs.get(k)
+            self._due.pop((sid, k), None)
+            if sink is not None and src is not None:
+                self._retry_due(sink, src)
+
+    def _wait(self, timeout_s: float) -> set[str]:
+        """Block until one of the watched streams has an entry past its id, for
+        ``timeout_s`` at most. The streams that have (their ids move on)."""
+        from rsched.core import clients
+        from rsched.core.conn import is_cluster
+
+        streams = {x.events: self._ids[x.events] for x in self._srcs if x.events in self._ids}
+        if not streams or timeout_s < 0.005:
+            self._stop.wait(timeout_s)
+            return set()
+        if self._watch is None:
+            self._watch = clients.clone(
+                self.rs.redis, socket_timeout=self.block_s + 10.0, max_connections=1
+            )
+        groups: list[dict[str, str]] = [streams]
+        if is_cluster(self.rs.redis):
+            by_slot: dict[int, dict[str, str]] = {}
+            for k, v in streams.items():
+                by_slot.setdefault(self._watch.keyslot(k), {})[k] = v
+            groups = list(by_slot.values())
+        if len(groups) == 1:
+            got = self._watch.xread(groups[0], count=100, block=max(1, int(timeout_s * 1000)))
+        else:  # a Cluster, streams in several slots: a pipelined read, then a pause
+            pipe = self._watch.pipeline(transaction=False)
+            for g in groups:
+                pipe.xread(g, count=100)
+            got = [r for res in pipe.execute() for r in (res or [])]
+            if not got:
+                self._stop.wait(min(timeout_s, self.CLUSTER_POLL_S))
+        woke = set()
+        for stream, entries in got or []:
+            k = _s(stream)
+            if entries:
+                self._ids[k] = _s(entries[-1][0])
+                woke.add(k)
+        return woke
+
+    # --- one pass over everything (drain, exec) ------------------------------------
 
     def poll(self, force_sources: bool = False) -> bool:
         """One pass over every (sink, source): new events, then due retries.
@@ -603,10 +781,7 @@ class Deliverer:
         if not self.sinks:
             return False
         if force_sources or time.monotonic() - self._srcs_at > 5:
-            if self.only is not None:
-                self._srcs = [source(self.rs, t) for t in self.only]
-            else:
-                self._srcs = sources(self.rs)
+            self._srcs = self._list()
             self._srcs_at = time.monotonic()
         busy = False
         for sink in self.sinks:
@@ -624,25 +799,55 @@ class Deliverer:
         return True
 
     def _pass(self, sink: Sink, src: Source) -> bool:
+        busy = self._read_new(sink, src)
+        return self._retry_due(sink, src) or busy
+
+    def _read_new(self, sink: Sink, src: Source) -> bool:
+        """A first attempt of each new event of ``src`` for ``sink`` (the group is
+        made on the stream's first read)."""
         r = self.rs.redis
         g = GROUP_PREFIX + sink.id
-        try:
-            got = r.xreadgroup(g, self.me, {src.events: ">"}, count=20)
-        except Exception as exc:  # noqa: BLE001
-            if "NOGROUP" in str(exc) and self._group(sink, src):
-                return True
-            return False
+        busy, made = False, False
+        while True:
+            try:
+                got = r.xreadgroup(g, self.me, {src.events: ">"}, count=20)
+            except Exception as exc:  # noqa: BLE001
+                if not made and "NOGROUP" in str(exc) and self._group(sink, src):
+                    made = True
+                    continue
+                return busy
+            n = 0
+            for _stream, entries in got or []:
+                for eid, fields in entries:
+                    n += 1
+                    self._attempt(sink, src, _s(eid), fields, 1)
+            busy |= n > 0
+            if n < 20:
+                return busy
+
+    def _retry_due(self, sink: Sink, src: Source) -> bool:
+        """Retry the pending entries of ``src`` for ``sink`` that are due (ours
+        after the backoff, another's once also the sink's timeout passed); note
+        when the next one is due."""
+        r = self.rs.redis
+        g = GROUP_PREFIX + sink.id
         busy = False
-        for _stream, entries in got or []:
-            for eid, fields in entries:
-                busy = True
-                self._attempt(sink, src, _s(eid), fields, 1)
-        for p in r.xpending_range(src.events, g, "-", "+", 20):
+        try:
+            pending = r.xpending_range(src.events, g, "-", "+", 20)
+        except Exception as exc:  # noqa: BLE001 - no stream or group: nothing pending
+            if "NOGROUP" in str(exc):
+                return False
+            raise
+        nxt: float | None = None
+        for p in pending:
             eid, count = _s(p["message_id"]), int(p["times_delivered"])
             need = backoff_ms(count)
             if _s(p["consumer"]) != self.me:
                 need += sink.timeout_ms + 1000
-            if int(p["time_since_delivered"]) < need:
+            idle = int(p["time_since_delivered"])
+            if idle < need:
+                at = time.monotonic() + (need - idle) / 1000
+                nxt = at if nxt is None else min(nxt, at)
                 continue
             claimed = r.xclaim(src.events, g, self.me, need, [eid])
             for ceid, fields in claimed or []:
@@ -651,7 +856,15 @@ class Deliverer:
                     continue
                 busy = True
                 self._attempt(sink, src, _s(ceid), fields, count + 1)
+        if len(pending) >= 20:
+            nxt = time.monotonic()
+        if nxt is not None:
+            self._note_due(sink, src, nxt)
         return busy
+
+    def _note_due(self, sink: Sink, src: Source, at: float) -> None:
+        key = (sink.id, src.events)
+        self._due[key] = min(at, self._due.get(key, at))
 
     def _attempt(self, sink: Sink, src: Source, eid: str, fields: Any, attempt: int) -> None:
         r = self.rs.redis
@@ -680,6 +893,7 @@ class Deliverer:
             self.log(f"rsched: alert {what} failed after {attempt} attempts: {why}")
             return
         r.xclaim(src.events, g, self.me, 0, [eid], justid=True)  # idle from now
+        self._note_due(sink, src, time.monotonic() + backoff_ms(attempt) / 1000)
         self._count(sink, "retried")
         self.log(f"rsched: alert {what} attempt {attempt} failed ({why}); retrying")
 
