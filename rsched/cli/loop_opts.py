@@ -113,6 +113,9 @@ def start_loop(app: App, metrics_port: int | None, sinks: Any = None) -> Any:
     """Log the startup warnings (eviction, persistence, clock), start the metrics
     server and the events thread (``sinks`` from :func:`alert_sinks`; None: the
     config file's only). Returns the events thread."""
+    from rsched.runtime.loop import catch_early_signals
+
+    catch_early_signals()  # a SIGTERM from here on is a clean stop, not a death
     if sinks is None:
         sinks = alert_sinks(app)
     rs = app.rs

@@ -61,6 +61,28 @@ class LineLog:
             pass
 
 
+#: SIGTERM/SIGINT that came while a run loop was starting (see catch_early_signals)
+_early: list[str] = []
+
+
+def catch_early_signals(signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    """From now until a loop's :func:`stop_signals` takes over, remember ``signals``
+    instead of dying of them: a SIGTERM while the loop starts (its metrics server
+    may already answer) is then a clean stop, as it is a moment later. Only from
+    the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def remember(signum: int, _frame: Any) -> None:
+        _early.append(signal.Signals(signum).name)
+
+    for sig in signals:
+        try:
+            signal.signal(sig, remember)
+        except (ValueError, OSError):
+            pass
+
+
 @contextmanager
 def stop_signals(
     on_signal: Callable[[str], None],
@@ -84,6 +106,9 @@ def stop_signals(
                 old[sig] = signal.signal(sig, handler)
             except (ValueError, OSError):  # not the main thread after all, or not allowed
                 pass
+    if old and _early:  # came while the loop was starting: act on it now
+        on_signal(_early[0])
+        _early.clear()
     try:
         yield bool(old)
     finally:
