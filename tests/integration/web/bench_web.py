@@ -68,10 +68,10 @@ def main() -> None:
     ap.add_argument("--screenshot", help="save a screenshot of the overview here")
     a = ap.parse_args()
     srv = RedisServer().start()
+    ns = "bench"
+    cli = Cli(srv, ns)
     try:
-        ns = "bench"
         rs = Rsched.from_url(srv.url, namespace=ns)
-        cli = Cli(srv, ns)
         # a console with something to show: three queues, two crons with runs, a dead task
         for q in ("default", "mail", "reports"):
             for i in range(20):
@@ -132,6 +132,7 @@ def main() -> None:
             rtt, app = median_ms(w.base, url)
             print(f"{label}: median {rtt:.1f} ms (the app: {app:.1f} ms)")
     finally:
+        cli.close()  # the web server and any runner still going
         srv.stop()
 
 
