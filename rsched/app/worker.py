@@ -140,6 +140,9 @@ def run_worker(
         stop.set()  # the cron runners stop their jobs now, not after the consumer's grace
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    from rsched.runtime.loop import replay_early_signal
+
+    replay_early_signal(on_signal)  # one that came while the worker was starting
     try:
         if consumer is None:
             run_runners(rs, specs, stop, log, debug, wait)

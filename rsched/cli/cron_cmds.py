@@ -372,6 +372,9 @@ def run_cron(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    from rsched.runtime.loop import replay_early_signal
+
+    replay_early_signal(on_signal)  # one that came while the loop was starting
     for sp in specs:
         when = (
             f"schedule {sp.schedule.expr!r} ({sp.schedule.tz}, {sp.schedule.dialect}), "

@@ -83,6 +83,15 @@ def catch_early_signals(signals: Iterable[int] = (signal.SIGTERM, signal.SIGINT)
             pass
 
 
+def replay_early_signal(handler: Callable[[int, Any], None]) -> None:
+    """For a loop that installs its own ``signal.signal`` handlers: call ``handler``
+    (signum, frame) for a signal :func:`catch_early_signals` remembered."""
+    if _early:
+        name = _early[0]
+        _early.clear()
+        handler(int(signal.Signals[name]), None)
+
+
 @contextmanager
 def stop_signals(
     on_signal: Callable[[str], None],
