@@ -410,6 +410,7 @@ complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'shards' -x -d 'N sha
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'broadcast' -d 'Every live runner runs every tick once'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'after' -x -d 'Also run once each time CRON finishes ok (repeatable; --schedule is optional then)'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'on-lock-lost' -x -a 'kill continue' -d 'When the run lock is lost: stop the job (SIGKILL before the lease can have expired), or let it run'
+complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'once' -d 'Run the cron once now, here, with every guarantee of a tick (claimed as `rsched trigger` claims it, with this process as a live runner; cause "manual"), then exit with the job\'s status: for a cron with no runner alive'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'wait-replicas' -x -d 'After the write, WAIT until N replicas have it (narrows what a failover can lose) [default: redis.wait_replicas, else 0]'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'wait-replicas-timeout' -x -d 'How long --wait-replicas waits [default: redis.wait_replicas_timeout, else 1s]'
 complete -c rsched -n '__rsched_is \'rsched run cron\'' -l 'metrics-port' -x -d 'Serve the `rsched metrics` exposition live on 127.0.0.1:PORT/metrics'

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -253,6 +254,13 @@ def exec_cmd(
     help="When the run lock is lost: stop the job (SIGKILL before the lease can have expired), "
     "or let it run.",
 )
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run the cron once now, here, with every guarantee of a tick (claimed as "
+    '`rsched trigger` claims it, with this process as a live runner; cause "manual"), '
+    "then exit with the job's status: for a cron with no runner alive.",
+)
 @wait_replicas_options
 @loop_options
 @_CMD
@@ -274,6 +282,7 @@ def run_cron(
     broadcast: bool,
     on_lock_lost: str,
     after: tuple[str, ...],
+    once: bool,
     wait_replicas: int | None,
     wait_replicas_timeout: str | None,
     metrics_port: int | None,
@@ -296,6 +305,8 @@ def run_cron(
 
     pol = wait_policy(app, wait_replicas, wait_replicas_timeout)
     check_metrics_port(metrics_port)
+    if once and all_:
+        raise BadInput("--once", "runs one cron: give its NAME, not --all")
     if all_:
         if name or schedule or command or dialect or after:
             raise BadInput(
@@ -389,10 +400,50 @@ def run_cron(
             + (", broadcast" if sp.broadcast else "")
         )
     log = app.info if not app.quiet else (lambda _m: None)
-    run_runners(rs, specs, stop, log, app.debug, wait=pol)
+    code = 0
+    if once:
+        code = _run_once(app, rs, specs[0].name, stop, lambda: run_runners(
+            rs, specs, stop, log, app.debug, wait=pol
+        ))  # fmt: skip
+    else:
+        run_runners(rs, specs, stop, log, app.debug, wait=pol)
     events.stop(events.drain_budget_s())  # what the last runs recorded, delivered
     if interrupted:  # Ctrl-C: 130, as the exit-code table says (SIGTERM: a clean stop, 0)
         raise SystemExit(int(ExitCode.INTERRUPTED))
+    if code:
+        raise SystemExit(code)
+
+
+def _run_once(app: App, rs: Any, name: str, stop: threading.Event, run: Callable[[], Any]) -> int:
+    """``run cron NAME --once``: this process's runner (``run``, in a thread) is live,
+    then one manual run is asked for and waited for (one of the live runners claims
+    it, as for ``rsched trigger --wait``); the job's exit status."""
+    import time
+
+    from rsched.cron import trigger as trig
+    from rsched.tools import actions
+
+    t = threading.Thread(target=run, name="rsched-cron-once", daemon=True)
+    t.start()
+    runners = rs.keys.cron(name).runners
+    deadline = time.monotonic() + 15
+    while not stop.is_set() and rs.redis.zcount(runners, rs.now_ms(), "+inf") == 0:
+        if time.monotonic() > deadline or not t.is_alive():
+            stop.set()
+            t.join(timeout=60)
+            raise ConfigError(f"cron {name}: this runner did not register within 15 s")
+        stop.wait(0.05)
+    try:
+        out = {} if stop.is_set() else actions.trigger(rs, name, wait=True)
+    finally:
+        stop.set()
+        t.join(timeout=60)
+    if out:
+        app.info(
+            f"cron {name}: {out.get('result')} (exit code {out.get('exit_code')}), "
+            f"token {out.get('token')}"
+        )
+    return trig.exit_status(out) if out else 0
 
 
 # --- locks / unlock ------------------------------------------------------------------------

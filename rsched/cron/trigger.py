@@ -494,10 +494,14 @@ def trigger(
     )
     st = res.status
     if st == "unknown":
-        raise errors.NotFound(f'no cron "{name}": no runner ever registered it')
+        raise errors.NotFound(
+            f'no cron "{name}": no runner ever registered it (run it once here: '
+            f"rsched run cron {name} --once ... -- CMD)"
+        )
     if st == "no-runner":
         raise errors.NotFound(
-            f"cron {name}: no live runner to run it (start one: rsched run cron {name} ...)"
+            f"cron {name}: no live runner to run it (start one: rsched run cron {name} ...; "
+            f"or run it once here: rsched run cron {name} --once ... -- CMD)"
         )
     if st == "paused":
         raise errors.Conflict(f"cron {name} is paused: rsched resume {name} first")

@@ -158,3 +158,26 @@ def test_wait_reports_a_run_whose_runner_died_as_lost(cli: Cli, rs: Rsched, tmp_
     assert waiter.returncode == 1
     got = json.loads(out)
     assert got["result"] == "lost" and "runner died" in got["error"], got
+
+
+def test_run_cron_once_runs_it_here_when_no_runner_is_alive(cli: Cli, tmp_path: Path) -> None:
+    """`trigger` with no runner alive exits 3 and says how to run it here: `run cron
+    NAME --once`, which runs it once now with a tick's guarantees and exits with the
+    job's status."""
+    out = tmp_path / "ran"
+    res = cli("trigger", "once.job", check=3)
+    assert "--once" in res.stderr
+    res = cli(
+        "run", "cron", "once.job", "--schedule", "0 0 1 1 *", "--once", "--",
+        "sh", "-c", f'echo "$RSCHED_FENCING_TOKEN" >> {out}; exit 5',
+        check=5, timeout=60,
+    )  # fmt: skip
+    assert lines(out) == [["1"]]
+    rec = [r for r in cli.json("history", "once.job") if r["name"] == "once.job"]
+    assert [(r["cause"], r["result"], r["exit_code"], r["token"]) for r in rec] == [
+        ("manual", "failed", 5, 1)
+    ]
+    cli("run", "cron", "once.job", "--schedule", "0 0 1 1 *", "--once", "--", "true", check=0)
+    assert [r["token"] for r in cli.json("history", "once.job")] == [2, 1]  # newest first
+    res = cli("run", "cron", "--all", "--once", check=2)
+    assert "--once" in res.stderr and len(res.stderr.splitlines()) == 1
