@@ -137,6 +137,58 @@ def test_webhook_signed_retried_until_it_recovers(cli: Any, tmp_path: Path) -> N
     assert b"s3cr3t" not in p.stderr.read().encode()
 
 
+def test_five_runners_post_one_webhook_per_event(cli: Any, tmp_path: Path) -> None:
+    """Five runners of a cron that fails every second, one [[alerts]] webhook: every
+    run.failed is posted once (not once per runner), each soon after it was recorded."""
+    import time
+
+    class H(_Hook):
+        got: list[tuple[dict[str, str], bytes]] = []
+        at: list[float] = []
+
+        def do_POST(self) -> None:  # noqa: N802
+            type(self).at.append(time.time())
+            super().do_POST()
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cfg = tmp_path / "rsched.toml"
+    cfg.write_text(f'[[alerts]]\nurl = "http://127.0.0.1:{srv.server_port}/hook"\n')
+    procs = [
+        cli.spawn(
+            "--config",
+            str(cfg),
+            "run",
+            "cron",
+            "five",
+            "--schedule",
+            "* * * * * *",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(5)
+    ]
+    try:
+        wait_for(lambda: len(H.got) >= 4, 40, what="4 events posted")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(30)
+    recorded = [e for e in cli.json("events", "--limit", "1000") if e["event"] == "run.failed"]
+    srv.shutdown()
+    srv.server_close()
+    posted = [json.loads(b)["event_id"] for _, b in H.got]
+    assert len(posted) == len(set(posted)), "an event was posted twice"
+    assert set(posted) == {e["event_id"] for e in recorded}  # each recorded one, once
+    assert all(e["delivery"] == "delivered" and e["attempts"] == 1 for e in recorded)
+    late = sorted(t * 1000 - json.loads(b)["at_ms"] for t, (_, b) in zip(H.at, H.got, strict=True))
+    print(f"delivery latency over {len(late)} events: median {late[len(late) // 2]:.0f} ms")
+
+
 def test_event_of_a_killed_runner_is_delivered_by_another_loop(cli: Any, tmp_path: Path) -> None:
     out, ready = tmp_path / "out.jsonl", tmp_path / "ready"
     cfg = tmp_path / "rsched.toml"
