@@ -155,7 +155,7 @@ complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'retry' -d 'Move a dead tas
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'run' -d 'Run a loop: a ZSet consumer, a lock-guarded cron runner, or an app\'s worker.'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'server' -d 'Run an embedded Redis-compatible server configured safely for rsched.'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'show' -d 'One task: state, due time, attempts, payload, last error (exit 3 if absent).'
-complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'top' -d 'Live dashboard of queues, crons (next fire counting down), locks and the...'
+complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'top' -d 'Live dashboard of queues, running tasks (with their progress), crons (next...'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'trigger' -d 'Run a cron now, through its live runners, exactly once.'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'unlock' -d 'Release a lock (or a cron\'s run lock).'
 complete -c rsched -n '__rsched_is \'rsched\'' -f -a 'web' -d 'The web console: queues, crons, locks, history and events, with actions.'

@@ -232,7 +232,8 @@ def _live(rs: Rsched, first: Snapshot, interval_ms: int, title: str, console: Co
 @output_options
 @pass_app
 def top(app: App, interval: str, once: bool) -> None:
-    """Live dashboard of queues, crons (next fire counting down), locks and the latest runs.
+    """Live dashboard of queues, running tasks (with their progress), crons (next fire
+    counting down), locks and the latest runs.
 
     \b
     Keys: q (or Ctrl-C) quits. Fits an 80x24 terminal: long names are cut

@@ -28,11 +28,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from rsched.api import Rsched
     from rsched.cron.admin import CronInfo
     from rsched.locks.admin import LockInfo
+    from rsched.queue.model import Task
     from rsched.queue.ops import QueueStats
     from rsched.tools.history import Record
 
 #: Records read for the "latest runs" panel (one XREVRANGE ... COUNT per stream).
 RUNS = 20
+#: running tasks read per queue that has any (their progress)
+RUNNING = 10
 #: Rows per panel when the frame has no height (``--once`` into a pipe).
 ROWS_UNBOUNDED = 15
 #: `locks` SCANs the keyspace: do it at most this often; in between, the locks
@@ -60,6 +63,8 @@ class Snapshot:
     runs: list[Record] = field(default_factory=list)
     locks_scan_ms: int | None = None  # server time of the last lock SCAN
     fetch_ms: float = 0.0  # how long the refresh took (local clock)
+    #: tasks running now (of the queues with any), with their progress
+    running: list[Task] = field(default_factory=list)
 
 
 def latest_runs(rs: Rsched, limit: int = RUNS) -> tuple[list[Record], list[str]]:
@@ -112,11 +117,18 @@ def collect(rs: Rsched, previous: Snapshot | None = None, runs: int = RUNS) -> S
     (``previous`` supplies them in between; their TTLs are counted down)."""
     from rsched.cron.admin import list_crons
     from rsched.locks.admin import list_locks
-    from rsched.queue.ops import queue_stats
+    from rsched.queue.ops import list_tasks, queue_stats
 
     t0 = time.monotonic()
     recs, queue_names = latest_runs(rs, runs)
     qs = queue_stats(rs, queue_names)
+    # Only queues with tasks running cost a read: their first RUNNING, with progress.
+    running = [
+        t
+        for q in qs
+        if q.processing
+        for t in list_tasks(rs, q.queue, state="processing", limit=RUNNING)
+    ]
     crons = list_crons(rs)
     now = rs.now_ms()
     if (
@@ -133,6 +145,7 @@ def collect(rs: Rsched, previous: Snapshot | None = None, runs: int = RUNS) -> S
         crons=crons,
         locks=locks,
         runs=recs,
+        running=running,
         locks_scan_ms=scanned,
         fetch_ms=(time.monotonic() - t0) * 1000,
     )
@@ -421,8 +434,23 @@ def render(
         Col("ERROR", error, flex=True, min_width=12, drop=4),
     ]
 
+    def progress(t: Any) -> Text:
+        p = t.progress
+        if not p:
+            return Text("-", style="dim")
+        msg = f" {p.get('message')}" if p.get("message") else ""  # (_text escapes it)
+        return Text(f"{round(float(p['fraction']) * 100)}%{msg}")
+
+    running_cols = [
+        Col("QUEUE", lambda t: t.queue, drop=2),
+        Col("TASK", lambda t: f"{t.type} {t.id}", flex=True, min_width=10),
+        Col("ATTEMPT", lambda t: str(t.attempts), "right", drop=1),
+        Col("PROGRESS", progress, flex=True, min_width=8),
+    ]
+
     panels: list[tuple[str, list[Col], list[Any], bool, str]] = [
         (f"QUEUES ({len(snap.queues)})", queue_cols, _busy_first(snap.queues), True, "no queues"),
+        (f"RUNNING ({len(snap.running)})", running_cols, snap.running, True, "no task running"),
         (f"CRONS ({len(snap.crons)})", cron_cols, snap.crons, True, "no crons registered"),
         (f"LOCKS ({len(snap.locks)})", lock_cols, snap.locks, True, "no locks held"),
         ("LATEST RUNS", run_cols, snap.runs, False, "no runs recorded"),
@@ -502,6 +530,7 @@ def snapshot_json(snap: Snapshot) -> dict[str, Any]:
         "crons": [c.to_json() for c in snap.crons],
         "locks": [lk.to_json() for lk in snap.locks],
         "runs": [r.to_json() for r in snap.runs],
+        "running": [t.to_json() for t in snap.running],
     }
 
 

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -460,3 +461,23 @@ def test_live_view_needs_a_terminal(cli: Cli) -> None:
     res = cli("top")
     assert res.returncode == 2 and "--once" in res.stderr
     assert json.loads(cli("top", "--once", "--json", check=0).stdout)["queues"] == []
+
+
+def test_running_tasks_and_their_progress(cli: Cli, tmp_path: Path) -> None:
+    h = tmp_path / "h.sh"
+    h.write_text('#!/bin/sh\necho "0.4 copying \x1b[31mred" >&"$RSCHED_PROGRESS_FD"\nsleep 30\n')
+    h.chmod(0o755)
+    cli("add", "copy", "c1")
+    consumer = cli.spawn("run", "consumer", "--handler", f"copy={h}", "--grace", "1s")
+    try:
+        wait_for(
+            lambda: cli.json("show", "copy", "c1")["progress"], timeout=20, what="its progress"
+        )
+        out = cli("top", "--once", env={"COLUMNS": "100"}).stdout
+        assert "RUNNING (1)" in out and "copy c1" in out and "40% copying" in out
+        assert "\x1b[31m" not in out  # a handler's terminal escape is shown escaped
+        data = cli.json("top", "--once")
+        assert [(t["id"], t["progress"]["fraction"]) for t in data["running"]] == [("c1", 0.4)]
+    finally:
+        consumer.terminate()
+        consumer.wait(timeout=30)
