@@ -97,10 +97,12 @@ class _Partial(Exception):
     def __init__(self, error: Exception, ok: list[tuple[list[TaskSpec], Any]], reply: str):
         super().__init__(str(error))
         self.error, self.ok, self.reply = error, ok, reply
+        #: what earlier calls of the same batch wrote (before a task with ``after``)
+        self.base: dict[str, int] = {}
 
     def counts(self) -> dict[str, int]:
         """What the calls that went through wrote ({"added", "kept", "replaced"})."""
-        out = {"added": 0, "kept": 0, "replaced": 0}
+        out = {"added": 0, "kept": 0, "replaced": 0, **self.base}
         for chunk, r in self.ok:
             if self.reply == "counts":
                 for k, v in zip(("added", "kept", "replaced"), r, strict=True):
@@ -178,7 +180,11 @@ def _counts(
     counts = {"added": 0, "kept": 0, "replaced": 0}
     for plain, waiting in _runs(specs):
         if plain:
-            _, pairs = _add_calls(rs, plain, if_exists, "counts", batch, partitions)
+            try:
+                _, pairs = _add_calls(rs, plain, if_exists, "counts", batch, partitions)
+            except _Partial as p:
+                p.base = dict(counts)
+                raise
             for _, (a, k, r) in pairs:
                 counts["added"] += int(a)
                 counts["kept"] += int(k)

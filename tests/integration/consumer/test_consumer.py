@@ -496,7 +496,7 @@ def test_idle_consumer_costs_redis_almost_nothing(
     own_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
     """Counted the strict way: INFO commandstats, which counts each command a script
-    runs. An idle cadence costs 7 (claim-16: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
+    runs. An idle cadence costs 7 (claim-18: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
     one BZPOPMIN), so the window sees at most 14 in 15 s; the old 5 s cadence with
     type checks in every claim cost 17 + 1 per 5 s (3.4/s)."""
     cli = Cli(own_server, namespace, cwd=str(tmp_path))
