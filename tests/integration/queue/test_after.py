@@ -6,6 +6,7 @@ waiting for it dead, with an error naming it, and theirs in turn."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,11 @@ import pytest
 
 from rsched.api import Rsched
 from rsched.lua import calls
+from tests.clusters import Cluster, ClusterCli, ccli, cluster, needs_cluster
 from tests.integration.queue.test_bad_input import _run
 from tests.support import Cli, free_port, wait_for
+
+__all__ = ["ccli", "cluster"]  # fixtures, imported for pytest
 
 #: A handler: a parent (dep.p) marks itself done after a short run; a child (dep.c)
 #: records which parents' marks it found when it started.
@@ -225,3 +229,30 @@ def test_after_is_refused_on_a_partitioned_queue(cli: Cli, rs: Rsched) -> None:
     res = cli("add", "--queue", "pq", "dep.c", "c", "--after", "dep.p", "1")
     assert res.returncode == 2 and "partitioned" in res.stderr
     assert _snapshot(rs) == before
+
+
+@needs_cluster
+def test_on_a_cluster_in_queues_of_every_primary(cluster: Cluster, ccli: ClusterCli) -> None:
+    """Every script of the feature names its queue's keys only (one slot): a child
+    is released by its parent's ack, and sent dead by a failing one, in queues on
+    each of the three primaries."""
+    queues = [f"a{i}" for i in range(6)]
+    nodes = {cluster.node_of(f"{ccli.namespace}:{{q:{q}}}:sched").port for q in queues}
+    assert len(nodes) == 3
+    out = os.path.join(ccli.cwd, "ran")
+    os.makedirs(out)
+    args = ["run", "consumer", "--handler", f"dep.*=sh -c 'touch {out}/$RSCHED_QUEUE-$0'"]
+    args += ["--handler", "bad=false", "--max-attempts", "1"]
+    for q in queues:
+        args += ["--queue", q]
+        ccli("add", "--queue", q, "dep.p", "p")
+        ccli("add", "--queue", q, "bad", "b")
+        ccli("add", "--queue", q, "dep.c", "c", "--after", "dep.p", "p")
+        ccli("add", "--queue", q, "dep.c", "d", "--after", "bad", "b")
+    ccli.spawn(*args)
+    wait_for(
+        lambda: all(os.path.exists(f"{out}/{q}-c") for q in queues), timeout=30, what="children"
+    )
+    for q in queues:
+        d = ccli.json("show", "--queue", q, "dep.c", "d")
+        assert d["state"] == "dead" and d["last_error"] == "parent bad b went dead"
