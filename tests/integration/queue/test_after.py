@@ -17,7 +17,7 @@ from rsched.api import Rsched
 from rsched.lua import calls
 from tests.clusters import Cluster, ClusterCli, ccli, cluster, needs_cluster
 from tests.integration.queue.test_bad_input import _run
-from tests.support import Cli, free_port, wait_for
+from tests.support import Cli, RedisServer, free_port, wait_for
 
 __all__ = ["ccli", "cluster"]  # fixtures, imported for pytest
 
@@ -256,3 +256,27 @@ def test_on_a_cluster_in_queues_of_every_primary(cluster: Cluster, ccli: Cluster
     for q in queues:
         d = ccli.json("show", "--queue", q, "dep.c", "d")
         assert d["state"] == "dead" and d["last_error"] == "parent bad b went dead"
+
+
+def test_the_async_client_shows_waiting_and_refuses_after(server: RedisServer, rs: Rsched) -> None:
+    import asyncio
+
+    from rsched.aio import Rsched as AsyncRsched
+    from rsched.core.errors import BadInput
+
+    rs.add("dep.p", "p", delay="1h")
+    rs.add("dep.c", "c", after=[("dep.p", "p")])
+
+    async def main() -> None:
+        ars = AsyncRsched.from_url(server.url, namespace=rs.namespace)
+        try:
+            assert await ars.show("dep.c", "c") == rs.show("dep.c", "c")
+            assert (await ars.show("dep.c", "c")).waiting_for == ["dep.p p"]
+            with pytest.raises(BadInput, match="after"):
+                await ars.add("dep.c", "d", after=[("dep.p", "p")])
+            assert await ars.cancel("dep.c", "c") == "waiting"
+        finally:
+            await ars.close()
+
+    asyncio.run(main())
+    assert rs.list(state="waiting") == []
