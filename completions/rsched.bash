@@ -13,7 +13,7 @@ _rsched_subcommands() {
 _rsched_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format --json -v --verbose -q --quiet --version -h --help' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --after --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched bench') echo '--embedded --quick --repeat --only --partitions --idle-for --redis-url --namespace --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched cancel') echo '--queue --all --type --state --dry-run --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched check') echo '--max-lag --dead --format --json -v --verbose -q --quiet -h --help' ;;
@@ -58,7 +58,7 @@ _rsched_options() {
 _rsched_value_options() {
   case "$1" in
     'rsched') echo '--redis-url --namespace --config --format' ;;
-    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
+    'rsched add') echo '--in --at --tz --queue --payload --payload-file --max-attempts --priority --after --if-exists --from --partitions --retry-for --wait-replicas --wait-replicas-timeout --format' ;;
     'rsched bench') echo '--repeat --only --partitions --idle-for --redis-url --namespace --format' ;;
     'rsched cancel') echo '--queue --type --state --format' ;;
     'rsched check') echo '--max-lag --format' ;;
@@ -105,7 +105,7 @@ _rsched_choices() {
     'rsched add|--if-exists') echo 'keep replace error' ;;
     'rsched add|--format') echo 'table plain json' ;;
     'rsched bench|--format') echo 'table plain json' ;;
-    'rsched cancel|--state') echo 'scheduled due processing dead all' ;;
+    'rsched cancel|--state') echo 'scheduled due processing dead waiting all' ;;
     'rsched cancel|--format') echo 'table plain json' ;;
     'rsched check|--format') echo 'table plain json' ;;
     'rsched completion|--format') echo 'table plain json' ;;
@@ -119,7 +119,7 @@ _rsched_choices() {
     'rsched exec|--on-lock-lost') echo 'kill continue' ;;
     'rsched forget|--format') echo 'table plain json' ;;
     'rsched history|--format') echo 'table plain json' ;;
-    'rsched list|--state') echo 'scheduled due processing dead all' ;;
+    'rsched list|--state') echo 'scheduled due processing dead waiting all' ;;
     'rsched list|--format') echo 'table plain json' ;;
     'rsched locks|--format') echo 'table plain json' ;;
     'rsched logs|--format') echo 'table plain json' ;;

@@ -150,6 +150,10 @@ class Rsched:
                 "partitions", "rsched.aio adds by the count stored in Redis; give none"
             )
         spec = make_spec(task_type, task_id, **kw)
+        if spec.after:  # (its batches are add-7 calls; add-after-9 is one task a call)
+            raise errors.BadInput(
+                "after", "rsched.aio does not add tasks with after; use rsched.Rsched"
+            )
         fut: asyncio.Future[AddResult] = asyncio.get_running_loop().create_future()
         self._pending.append((spec, if_exists, fut))
         if self._flusher is None or self._flusher.done():
@@ -292,6 +296,7 @@ class Rsched:
         pipe.zscore(q.sched, m)
         pipe.zscore(q.proc, m)
         pipe.zscore(q.dead, m)
+        pipe.zscore(q.waiting, m)
         try:
             # (a cluster pipeline takes keyed commands only: TIME on its own)
             t = await self.redis.time() if cluster else None
@@ -300,7 +305,7 @@ class Rsched:
             raise map_error(exc) from exc
         if not cluster:
             t, *got = got
-        raw, s, p, d = got
+        raw, s, p, d, w = got
         if raw is None:
             raise errors.NotFound(f"no task {ref.type} {ref.id} in queue {ref.queue}")
         now = time_reply_ms(t)
@@ -311,6 +316,8 @@ class Rsched:
             if p is not None
             else ("dead", d)
             if d is not None
+            else ("waiting", w)
+            if w is not None
             else ("orphan", None)
         )
         task = decode_task(self, ref.queue, m, raw, state, score)  # type: ignore[arg-type]

@@ -70,6 +70,10 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
         rows.append(("lease ends", show(task.lease_ms, now)))
     if task.state == "dead" and task.lease_ms:
         rows.append(("died", show(task.lease_ms, now)))
+    if task.waiting_for:
+        rows.insert(
+            rows.index(("state", task.state)) + 1, ("waiting for", ", ".join(task.waiting_for))
+        )
     render.record(obj, app.fmt, rows=rows)
 
 
@@ -111,6 +115,15 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     "priorities in due-time order [default: 0].",
 )
 @click.option(
+    "--after",
+    "after",
+    nargs=2,
+    multiple=True,
+    metavar="TYPE ID",
+    help="Wait (state waiting) until this task of the same queue finished ok; repeatable. "
+    "If it goes dead or is cancelled, so does this one. Not on a partitioned queue.",
+)
+@click.option(
     "--if-exists",
     type=click.Choice(["keep", "replace", "error"]),
     default="keep",
@@ -123,7 +136,7 @@ def _task_record(app: App, task: Any, now: int, extra: dict[str, Any] | None = N
     type=click.File("rb"),
     metavar="FILE",
     help="Bulk add from JSON lines (- for stdin): type, id, queue, in|at, payload, max_attempts, "
-    "priority, "
+    "priority, after ([[TYPE, ID], ...]), "
     'with the flags\' rules: {"type": "order.close", "id": "1001", "in": "30m"}.',
 )
 @click.option(
@@ -156,6 +169,7 @@ def add(
     payload_file: IO[bytes] | None,
     max_attempts: str | None,
     priority: str | None,
+    after: tuple[tuple[str, str], ...],
     if_exists: str,
     from_file: IO[bytes] | None,
     partitions: str | None,
@@ -193,6 +207,8 @@ def add(
     if from_file is not None:
         if task_type or task_id:
             raise BadInput("--from", "give either TYPE ID or --from FILE, not both")
+        if after:
+            raise BadInput("--after", 'goes with TYPE ID; --from lines take "after"')
         from rsched.core.timeutil import parse_duration
 
         retry_ms = 0 if retry_for.strip() == "0" else parse_duration(retry_for, "--retry-for")
@@ -218,8 +234,11 @@ def add(
         payload_json=payload_json,
         max_attempts=max_attempts,
         priority=priority,
+        after=after,
         fields={"payload": field},
     )
+    if spec.after and n_parts is not None and n_parts > 1:
+        raise tasks.after_refused(queue, n_parts)
     rs = _oneshot(app)
     res = tasks.add_spec(rs, spec, if_exists=if_exists, partitions=n_parts)
     now = res.now_ms if res.now_ms is not None else rs.now_ms()
@@ -335,7 +354,7 @@ def _add_from(
 @click.option("--type", "all_type", metavar="T", help="With --all: the tasks' type (required).")
 @click.option(
     "--state",
-    type=click.Choice(["scheduled", "due", "processing", "dead", "all"]),
+    type=click.Choice(["scheduled", "due", "processing", "dead", "waiting", "all"]),
     default=None,
     help="With --all: only tasks in this state [default: all].",
 )
@@ -405,7 +424,7 @@ def cancel(
 @queue_option
 @click.option(
     "--state",
-    type=click.Choice(["scheduled", "due", "processing", "dead", "all"]),
+    type=click.Choice(["scheduled", "due", "processing", "dead", "waiting", "all"]),
     default="all",
     show_default=True,
     help="Only tasks in this state.",

@@ -26,7 +26,7 @@ handler), never by what is stored in Redis:
 
 ``*`` catches every type without its own handler, and a key with ``*``
 inside (``report.*``) matches like a shell glob. A consumer claims only the
-types it can run: ``claim-16`` gets its handlers as anchored Lua patterns
+types it can run: ``claim-18`` gets its handlers as anchored Lua patterns
 and leaves every other due task due, *parked* in its type's lane of the
 sched set (see rsched/core/keys.py), where a consumer that runs that type (or a
 ``*`` one) takes it with one range read and the others never read it again.
@@ -36,7 +36,7 @@ The types each consumer runs are registered beside it (``handles``), so
 A command runs through :mod:`rsched.runtime.handlers` (the one runner every
 loop uses): :func:`command_for` builds its argv, environment and stdin. Its
 stdout and stderr tails are the run's log, written by ``log-put-3`` in one
-pipeline per settled batch right after ``ack-4``/``fail-8``; a run that wrote
+pipeline per settled batch right after ``ack-9``/``fail-10``; a run that wrote
 nothing keeps none (and costs no round trip).
 """
 
@@ -279,7 +279,7 @@ class HandlerTable:
         return [*self.exact, *(p for p, _ in self.patterns)]
 
     def lua_patterns(self) -> list[str]:
-        """The types this table runs, as anchored Lua patterns for ``claim-16``; empty
+        """The types this table runs, as anchored Lua patterns for ``claim-18``; empty
         with a fallback (every type)."""
         if self.fallback is not None:
             return []

@@ -5,14 +5,14 @@ one "waker" thread blocks on the queues' wake-up markers.
 
 Each turn of the main loop:
 
-1. settles finished runs: one ``ack-4`` per queue for the successes (a batch,
-   never a round trip per task), ``fail-8`` for failures (retry after an
+1. settles finished runs: one ``ack-9`` per queue for the successes (a batch,
+   never a round trip per task), ``fail-10`` for failures (retry after an
    exponential backoff with full jitter, or dead-letter), ``release-4`` for
    tasks given back at shutdown;
 2. heartbeats every held task of a queue in one ``heartbeat-2`` call, every
    lease/3; a task whose lease was lost has its handler's process group
    killed and its result dropped (another consumer owns it now);
-3. claims up to the free capacity in one ``claim-16`` call per queue (which
+3. claims up to the free capacity in one ``claim-18`` call per queue (which
    also registers the consumer and reaps expired leases, by the server's
    clock), of the types it has handlers for;
 4. when there is nothing to do, sleeps until the earliest of: the next due
@@ -22,9 +22,9 @@ Each turn of the main loop:
    task is added.
 
 Idle, a consumer sends two requests per idle cadence (10 s, or its shortest
-lease when that is between 5 and 10 s): one ``claim-16`` and one ``BZPOPMIN``
+lease when that is between 5 and 10 s): one ``claim-18`` and one ``BZPOPMIN``
 that timed out, 7 commands counting those the script runs (INFO
-commandstats), 0.7 a second. ``claim-16`` checks the type of every key
+commandstats), 0.7 a second. ``claim-18`` checks the type of every key
 before any write but the registration; the consumer asks for the checks on
 its first claim of each queue and after any error, so a namespace collision
 still stops it with a clear message.
@@ -202,7 +202,7 @@ class _Held:
 
 
 def _rate_arg(rate: tuple[int, int, str] | None) -> str | None:
-    """claim-16's rate argument: "N WINDOW_MS TEXT"."""
+    """claim-18's rate argument: "N WINDOW_MS TEXT"."""
     return None if rate is None else f"{rate[0]} {rate[1]} {rate[2]}"
 
 
@@ -240,7 +240,7 @@ class _QueueState:
         self.throttled = False  # the rate limit holds due tasks back until next_due
         self.last_claim = -1e18  # monotonic seconds
         self.offset_ms = 0.0  # server ms - local monotonic ms
-        self.checked = False  # claim-16 checked key types since start / the last error
+        self.checked = False  # claim-18 checked key types since start / the last error
 
 
 class Stats:
@@ -332,7 +332,7 @@ class Consumer:
         self._hb_interval_s = min_lease / 3000.0
         self._idle_s = min(IDLE_CAP_MS, max(IDLE_MIN_MS, min_lease)) / 1000.0
         self._commands = self.handlers.has_commands
-        # What claim-16 gets: the types we run (registered for `rsched queues`) and as
+        # What claim-18 gets: the types we run (registered for `rsched queues`) and as
         # Lua patterns (none: every type, a `*` handler).
         self._handles_json = json.dumps(self.handlers.globs(), separators=(",", ":"))
         self._type_patterns = self.handlers.lua_patterns()

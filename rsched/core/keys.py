@@ -19,6 +19,9 @@ Lua script touching them works on Redis Cluster:
                                      at them next (their due time; _prio.lua)
     {ns}:{q:QUEUE}:ready       ZSET  due tasks of a priority other than 0, out of sched ->
                                      (1000 - priority) * 2**42 + due (claimed highest first)
+    {ns}:{q:QUEUE}:waiting     ZSET  tasks added with parents (`add --after`) still waiting
+                                     for them -> their own due time (ms; _after.lua)
+    {ns}:{q:QUEUE}:children    HASH  parent member -> JSON array of the members waiting for it
     {ns}:{q:QUEUE}:rate        ZSET  claim token -> when claimed: the rate limit's window
     {ns}:{q:QUEUE}:ratelimit   STRING "N WINDOW_MS TEXT": `rate_limit`, set by consumers
     {ns}:{q:QUEUE}:cancel      Pub/Sub channel: claim tokens of running tasks cancelled
@@ -226,8 +229,18 @@ class QueueKeys(_EventKeys):
         return self._k("ready")
 
     @property
+    def waiting(self) -> str:
+        """ZSET tasks waiting for their parents (``add --after``) -> their due time."""
+        return self._k("waiting")
+
+    @property
+    def children(self) -> str:
+        """HASH parent member -> JSON array of the members waiting for it."""
+        return self._k("children")
+
+    @property
     def rate(self) -> str:
-        """ZSET claim token -> when claimed: the rate limit's window (claim-16)."""
+        """ZSET claim token -> when claimed: the rate limit's window (claim-18)."""
         return self._k("rate")
 
     @property

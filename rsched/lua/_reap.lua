@@ -3,8 +3,11 @@
 -- Each lapsed lease is a `run.lost` event in `events` (capped at `evmax`; nil or
 -- 0: none), and a task it sends dead also a `task.dead` (result `lost`), written
 -- here with the history record, so in the same step as the reap.
+-- The tasks waiting for one it sends dead (`waiting`, `children`; _after.lua, which
+-- the script includes before this) go dead too.
 -- Returns requeued, dead, and whether more stale entries remain past `limit`.
-local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, dry, defmax, events, evmax)
+local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, dry, defmax, events, evmax,
+                    waiting, children)
   local stale = redis.call('ZRANGEBYSCORE', proc, '-inf', now, 'LIMIT', 0, limit + 1)
   local more = 0
   if #stale > limit then
@@ -41,6 +44,10 @@ local function reap(sched, proc, dead, tasks, hist, now, limit, maxlen, queue, d
         if events and evmax then
           event(events, evmax, 'run.lost', now, rec)
           if is_dead then event(events, evmax, 'task.dead', now, rec) end
+        end
+        if is_dead then
+          after_kill({tasks = tasks, dead = dead, waiting = waiting, children = children,
+            events = events, evmax = evmax}, m, 'went dead', now)
         end
       end
     end

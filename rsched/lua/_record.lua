@@ -1,18 +1,20 @@
 -- fragment: a task record is a JSON array with its trailing defaults left out:
 --   [payload(string), attempts=0, max_attempts=0, token="", last_error="", due_ms,
---    0 (created_ms of earlier versions: ignored), priority=0, progress=false]
+--    0 (created_ms of earlier versions: ignored), priority=0, progress=false, after=false]
 -- progress: [fraction, message, at_ms], the running attempt's last report (progress-2;
 -- a claim clears it, a failed attempt's stays until the next claim).
+-- after: ["TYPE ID", ...], the parents a waiting task still waits for (_after.lua);
+-- a waiting task keeps its own due time in due_ms.
 -- payload is the task's JSON text kept verbatim as a string. A task that was
 -- never claimed is just [payload] (or [payload,0,max]): its due time is its
 -- score in the sched set; a claim writes due_ms into the record.
-local P_PAYLOAD, P_ATTEMPTS, P_MAX, P_TOKEN, P_ERROR, P_DUE, P_PRIO, P_PROG = 1, 2, 3, 4, 5, 6, 8, 9
-local REC_DEFAULTS = {'null', 0, 0, '', '', false, 0, 0, false}
+local P_PAYLOAD, P_ATTEMPTS, P_MAX, P_TOKEN, P_ERROR, P_DUE, P_PRIO, P_PROG, P_AFTER = 1, 2, 3, 4, 5, 6, 8, 9, 10
+local REC_DEFAULTS = {'null', 0, 0, '', '', false, 0, 0, false, false}
 
 -- record text -> a table with every position filled (due_ms false when absent).
 local function rec_decode(raw)
   local r = cjson.decode(raw)
-  for i = 1, 9 do
+  for i = 1, 10 do
     if r[i] == nil or r[i] == cjson.null then r[i] = REC_DEFAULTS[i] end
   end
   r[7] = 0
@@ -25,7 +27,7 @@ end
 
 -- table -> record text, trailing defaults dropped.
 local function rec_encode(r)
-  local n = 9
+  local n = 10
   while n > 1 and (r[n] == REC_DEFAULTS[n] or r[n] == nil) do n = n - 1 end
   local out = {}
   for i = 1, n do

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rsched.core.defaults import EVENTS_MAXLEN
 from rsched.lua import loader
-from rsched.lua.calls import _add_keys, _noscript, _raise_mapped
+from rsched.lua.calls import _add_keys, _noscript, _raise_mapped, cancel_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     from rsched.core.keys import QueueKeys
@@ -81,10 +82,10 @@ async def add_batch(
 
 
 async def cancel(c: AsyncCtx, q: QueueKeys, member: str, maxlen: int, queue: str, by: str) -> Any:
-    """``cancel-6``: the state the task was in, or None if there was none."""
+    """``cancel-9``: the state the task was in, or None if there was none."""
     return await script(
         c,
-        "cancel-6",
-        [q.sched, q.proc, q.dead, q.tasks, q.history, q.ready],
-        [member, maxlen, queue, q.cancel_channel, by],
+        "cancel-9",
+        cancel_keys(q),
+        [member, maxlen, queue, q.cancel_channel, by, EVENTS_MAXLEN],
     )

@@ -73,7 +73,7 @@ def script_and_wait(
     return res, int(acked)
 
 
-# === queue: add-7, cancel-6, purge-2, retry-5, requeue-stale-7, cancel-batch-6
+# === queue: add-7, add-after-9, cancel-9, purge-2, retry-5, requeue-stale-9, cancel-batch-9
 # ==============================================================================
 #
 # ``q`` is the :class:`~rsched.core.keys.QueueKeys` of one stored queue (a
@@ -368,12 +368,34 @@ def _noscript(exc: BaseException) -> bool:
 
 
 def cancel(c: Ctx, q: QueueKeys, member: str, maxlen: int, queue: str, by: str) -> Any:
-    """``cancel-6``: the state the task was in, or None if there was none."""
+    """``cancel-9``: the state the task was in, or None if there was none. The
+    tasks waiting for it (``add --after``) go dead."""
     return c.scripts(
-        "cancel-6",
-        [q.sched, q.proc, q.dead, q.tasks, q.history, q.ready],
-        [member, maxlen, queue, q.cancel_channel, by],
+        "cancel-9", cancel_keys(q), [member, maxlen, queue, q.cancel_channel, by, EVENTS_MAXLEN]
     )
+
+
+def cancel_keys(q: QueueKeys) -> list[str]:
+    """The KEYS of ``cancel-9`` and ``cancel-batch-9``."""
+    return [q.sched, q.proc, q.dead, q.tasks, q.history, q.ready, q.waiting, q.children, q.events]
+
+
+def add_after(
+    c: Ctx,
+    q: QueueKeys,
+    mode: str,
+    member: str,
+    due: str,
+    payload: str,
+    max_attempts: int,
+    priority: int,
+    parents: Sequence[str],
+) -> list[Any]:
+    """``add-after-9``: add one task that waits for ``parents`` (members); the reply
+    as the script documents it (``missing``/``partitioned`` write nothing)."""
+    keys = [q.sched, q.proc, q.dead, q.tasks, q.wake, q.prio, q.ready, q.waiting, q.children]
+    args = [mode, member, due, payload, max_attempts, priority, *parents]
+    return list(c.scripts("add-after-9", keys, args))
 
 
 def purge(c: Ctx, q: QueueKeys, older_ms: int | None, limit: int) -> tuple[int, bool]:
@@ -393,10 +415,10 @@ def retry(c: Ctx, q: QueueKeys, members: Sequence[str]) -> int:
 def requeue_stale(
     c: Ctx, q: QueueKeys, limit: int, dry_run: bool, maxlen: int, queue: str, default_max: int
 ) -> tuple[int, int, bool]:
-    """``requeue-stale-7``: (requeued, dead-lettered, whether more are left)."""
+    """``requeue-stale-9``: (requeued, dead-lettered, whether more are left)."""
     rq, rd, more = c.scripts(
-        "requeue-stale-7",
-        [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake, q.events],
+        "requeue-stale-9",
+        [q.sched, q.proc, q.dead, q.tasks, q.history, q.wake, q.events, q.waiting, q.children],
         [limit, "1" if dry_run else "0", maxlen, queue, default_max, EVENTS_MAXLEN],
     )
     return int(rq), int(rd), bool(int(more))
@@ -405,12 +427,12 @@ def requeue_stale(
 def cancel_batch(
     c: Ctx, q: QueueKeys, members: Sequence[str], state: str, maxlen: int, queue: str, by: str
 ) -> tuple[int, int]:
-    """``cancel-batch-6``: cancel those of ``members`` in ``state`` ("" any), each as
+    """``cancel-batch-9``: cancel those of ``members`` in ``state`` ("" any), each as
     :func:`cancel` does; (cancelled, of which processing)."""
     n, running = c.scripts(
-        "cancel-batch-6",
-        [q.sched, q.proc, q.dead, q.tasks, q.history, q.ready],
-        [maxlen, queue, q.cancel_channel, by, state, *members],
+        "cancel-batch-9",
+        cancel_keys(q),
+        [maxlen, queue, q.cancel_channel, by, state, EVENTS_MAXLEN, *members],
     )
     return int(n), int(running)
 
@@ -418,12 +440,12 @@ def cancel_batch(
 # === end of queue =============================================================
 
 
-# === consumer: claim-16, ack-4, fail-8, heartbeat-2, release-4 ================
+# === consumer: claim-18, ack-9, fail-10, heartbeat-2, release-4 ================
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimReply:
-    """What ``claim-16`` answers: the server's clock, the queue's next due time and
+    """What ``claim-18`` answers: the server's clock, the queue's next due time and
     next lease expiry (-1: none), whether it is paused, the leases reaped, and the
     claimed tasks (7 fields each: member, payload, attempt, max_attempts, token,
     due, last_error)."""
@@ -466,7 +488,7 @@ def claim(
     type_patterns: Sequence[str] = (),
     rate: str | None = None,
 ) -> ClaimReply:
-    """``claim-16``: register ``consumer``, reap expired leases, claim up to
+    """``claim-18``: register ``consumer``, reap expired leases, claim up to
     ``max_tasks`` due tasks of the types ``type_patterns`` (anchored Lua patterns;
     none: every type), parking at most ``park_limit`` due tasks of other types."""
     args: list[Any] = [
@@ -502,8 +524,10 @@ def claim(
         q.rate,
         q.ratelimit,
         q.events,
+        q.waiting,
+        q.children,
     ]
-    out = ctx.scripts("claim-16", keys, args)
+    out = ctx.scripts("claim-18", keys, args)
     return ClaimReply(
         int(out[0]),
         int(out[1]),
@@ -519,13 +543,35 @@ def claim(
 def ack(
     ctx: Ctx, q: QueueKeys, history_maxlen: int, runs: Sequence[tuple[str, str, str]]
 ) -> list[bool]:
-    """``ack-4``: acknowledge ``runs`` (member, claim token, history record JSON or
-    ""); one flag per run: False when its token no longer matches (refused)."""
+    """``ack-9``: acknowledge ``runs`` (member, claim token, history record JSON or
+    ""); one flag per run: False when its token no longer matches (refused). The
+    tasks waiting for them (``add --after``) are released."""
     args: list[Any] = [history_maxlen]
     for member, token, record in runs:
         args += [member, token, record]
-    res = ctx.scripts("ack-4", [q.proc, q.tasks, q.history, q.stats], args)
+    res = ctx.scripts("ack-9", ack_keys(q), args)
     return [bool(int(ok)) for ok in res]
+
+
+def ack_keys(q: QueueKeys) -> list[str]:
+    """The KEYS of ``ack-9``."""
+    return [q.proc, q.tasks, q.history, q.stats, q.sched, q.wake, q.prio, q.waiting, q.children]
+
+
+def fail_keys(q: QueueKeys) -> list[str]:
+    """The KEYS of ``fail-10``."""
+    return [
+        q.sched,
+        q.proc,
+        q.dead,
+        q.tasks,
+        q.history,
+        q.stats,
+        q.wake,
+        q.events,
+        q.waiting,
+        q.children,
+    ]
 
 
 def fail(
@@ -543,10 +589,10 @@ def fail(
     default_max_attempts: int,
     client: Any = None,
 ) -> tuple[str, int] | None:
-    """``fail-8``: retry the run after ``backoff_ms`` or dead-letter it. Returns
+    """``fail-10``: retry the run after ``backoff_ms`` or dead-letter it. Returns
     ("retry", due) | ("dead", died_at) | ("stale", 0); None when ``client`` is a
     pipeline (read the reply from its ``execute()``: :func:`fail_reply`)."""
-    keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake, q.events]
+    keys = fail_keys(q)
     args: list[Any] = [
         history_maxlen,
         member,
@@ -559,12 +605,12 @@ def fail(
         default_max_attempts,
         EVENTS_MAXLEN,
     ]
-    out = ctx.scripts("fail-8", keys, args, client=client)
+    out = ctx.scripts("fail-10", keys, args, client=client)
     return None if out is None else fail_reply(out)
 
 
 def fail_reply(out: Any) -> tuple[str, int]:
-    """A ``fail-8`` reply (as a pipeline returns it) as (what, ms)."""
+    """A ``fail-10`` reply (as a pipeline returns it) as (what, ms)."""
     return str(out[0]), int(out[1])
 
 

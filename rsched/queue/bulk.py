@@ -15,7 +15,7 @@ from rsched.core.errors import BadInput
 from rsched.lua import calls
 from rsched.queue import queues as P
 from rsched.queue.model import AddResult, TaskSpec
-from rsched.queue.ops import _args, _check_if_exists, _exec, _results
+from rsched.queue.ops import _args, _check_if_exists, _exec, _results, add_spec
 from rsched.queue.specs import spec_from_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -97,10 +97,12 @@ class _Partial(Exception):
     def __init__(self, error: Exception, ok: list[tuple[list[TaskSpec], Any]], reply: str):
         super().__init__(str(error))
         self.error, self.ok, self.reply = error, ok, reply
+        #: what earlier calls of the same batch wrote (before a task with ``after``)
+        self.base: dict[str, int] = {}
 
     def counts(self) -> dict[str, int]:
         """What the calls that went through wrote ({"added", "kept", "replaced"})."""
-        out = {"added": 0, "kept": 0, "replaced": 0}
+        out = {"added": 0, "kept": 0, "replaced": 0, **self.base}
         for chunk, r in self.ok:
             if self.reply == "counts":
                 for k, v in zip(("added", "kept", "replaced"), r, strict=True):
@@ -120,16 +122,38 @@ def add_many(
     partitions: int | None = None,
 ) -> list[AddResult]:
     """Add validated specs, grouped per queue, ``batch`` tasks per Lua call, all
-    calls pipelined. With ``if_exists="error"`` each call is all-or-nothing."""
-    try:
-        order, pairs = _add_calls(rs, specs, if_exists, "tasks", batch, partitions)
-    except _Partial as p:
-        raise p.error from None
-    results: dict[int, AddResult] = {}
-    for part, r in pairs:
-        for s, ar in zip(part, _results(part, r), strict=True):
-            results[id(s)] = ar
-    return [results[id(s)] for s in order]
+    calls pipelined. With ``if_exists="error"`` each call is all-or-nothing. A spec
+    with ``after`` is added alone (:func:`rsched.queue.ops.add_spec`), after the
+    specs before it, so that it may name them as parents."""
+    out: list[AddResult] = []
+    for plain, waiting in _runs(specs):
+        if plain:
+            try:
+                order, pairs = _add_calls(rs, plain, if_exists, "tasks", batch, partitions)
+            except _Partial as p:
+                raise p.error from None
+            results: dict[int, AddResult] = {}
+            for part, r in pairs:
+                for s, ar in zip(part, _results(part, r), strict=True):
+                    results[id(s)] = ar
+            out.extend(results[id(s)] for s in order)
+        if waiting is not None:
+            out.append(add_spec(rs, waiting, if_exists=if_exists, partitions=partitions))
+    return out
+
+
+def _runs(specs: Iterable[TaskSpec]) -> Iterable[tuple[list[TaskSpec], TaskSpec | None]]:
+    """``specs`` as runs of specs without ``after``, each with the spec with ``after``
+    that ends it (None for the last run)."""
+    plain: list[TaskSpec] = []
+    for s in specs:
+        if s.after:
+            yield plain, s
+            plain = []
+        else:
+            plain.append(s)
+    if plain:
+        yield plain, None
 
 
 def add_counts(
@@ -151,13 +175,23 @@ def add_counts(
 def _counts(
     rs: Context, specs: Iterable[TaskSpec], if_exists: str, batch: int, partitions: int | None
 ) -> dict[str, int]:
-    """:func:`add_counts`, raising :class:`_Partial` when some calls were refused."""
-    _, pairs = _add_calls(rs, specs, if_exists, "counts", batch, partitions)
+    """:func:`add_counts`, raising :class:`_Partial` when some calls were refused
+    (a spec with ``after``: added alone, after those before it)."""
     counts = {"added": 0, "kept": 0, "replaced": 0}
-    for _, (a, k, r) in pairs:
-        counts["added"] += int(a)
-        counts["kept"] += int(k)
-        counts["replaced"] += int(r)
+    for plain, waiting in _runs(specs):
+        if plain:
+            try:
+                _, pairs = _add_calls(rs, plain, if_exists, "counts", batch, partitions)
+            except _Partial as p:
+                p.base = dict(counts)
+                raise
+            for _, (a, k, r) in pairs:
+                counts["added"] += int(a)
+                counts["kept"] += int(k)
+                counts["replaced"] += int(r)
+        if waiting is not None:
+            st = add_spec(rs, waiting, if_exists=if_exists, partitions=partitions).status
+            counts[st] += 1
     return counts
 
 

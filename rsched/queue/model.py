@@ -6,10 +6,13 @@ A task is identified by (queue, TYPE, ID). Its record, stored in the queue's
 trailing defaults left out (``rsched/lua/_record.lua`` reads and writes it)::
 
     [payload_json_text, attempts=0, max_attempts=0 (0 = consumer default),
-     claim_token="", last_error="", due_ms, 0, priority=0, progress=null]
+     claim_token="", last_error="", due_ms, 0, priority=0, progress=null,
+     after=null]
 
 ``progress`` is ``[fraction, message, at_ms]``: the running (or last failed)
 attempt's last report (``task.progress()``, ``RSCHED_PROGRESS_FD``).
+``after`` is ``["TYPE ID", ...]``: the parents a waiting task (``add --after``)
+still waits for (``rsched/lua/_after.lua``).
 
 A task that was never claimed is stored as ``[payload]`` (``[payload,0,N]``
 with its own max attempts): its due time is its score in the ``sched`` set,
@@ -27,7 +30,7 @@ from typing import Any
 from rsched.core import keys as K
 from rsched.core.timeutil import iso
 
-STATES = ("scheduled", "due", "processing", "dead")
+STATES = ("scheduled", "due", "processing", "dead", "waiting")
 IF_EXISTS = ("keep", "replace", "error")
 #: Entries handled per Lua call by bulk operations (keeps each call short).
 BATCH = 1000
@@ -48,6 +51,8 @@ class Task:
     priority: int = 0
     #: the last progress report: {"fraction", "message", "at", "at_ms"}, or None
     progress: dict[str, Any] | None = None
+    #: the parents ("TYPE ID") a waiting task still waits for (``add --after``)
+    waiting_for: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +68,7 @@ class Task:
             "last_error": self.last_error,
             "priority": self.priority,
             "progress": self.progress,
+            "waiting_for": self.waiting_for,
         }
 
 
@@ -111,6 +117,8 @@ class TaskSpec:
     payload_json: str = "null"
     max_attempts: int = 0
     priority: int = 0
+    #: the parents ("TYPE ID", same queue) it waits for (``add --after``)
+    after: tuple[str, ...] = ()
 
     @property
     def member(self) -> str:

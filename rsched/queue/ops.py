@@ -90,6 +90,8 @@ def add_spec(
     The keys' types are checked on the first add of a queue per connection
     (:class:`~rsched.core.errors.WrongKeyType` naming the key)."""
     queue = spec.queue
+    if spec.after:
+        return _add_after(rs, spec, if_exists, partitions)
     n = P.resolve(rs, queue, partitions)
     known = P.known(rs)
     if n is None:  # taken to be unpartitioned: add-7 refuses if it is not
@@ -153,6 +155,56 @@ def _add_one(
     return first, reply, registered
 
 
+def after_refused(queue: str, n: int) -> BadInput:
+    """The refusal of ``--after`` on a partitioned queue: a task and its parents sit
+    in partitions picked by their own TYPE ID, so in different slots in general,
+    and one Lua script (one slot) must see both to release or kill atomically."""
+    return BadInput(
+        "--after",
+        f"queue {queue} is partitioned ({n} partitions): a task with --after must be in "
+        "an unpartitioned queue, with its parents",
+    )
+
+
+def _add_after(rs: Context, spec: TaskSpec, if_exists: str, partitions: int | None) -> AddResult:
+    """Add one task that waits for ``spec.after`` (``add-after-9``); a parent not
+    in the queue: :class:`NotFound` naming it, nothing written."""
+    queue = spec.queue
+    if partitions is not None and partitions > 1:
+        raise after_refused(queue, partitions)
+    n = P.count(rs, queue, partitions)
+    if n > 1:
+        raise after_refused(queue, n)
+    q = rs.keys.queue(queue)
+    due = f"+{spec.delay_ms or 0}" if spec.at_ms is None else str(spec.at_ms)
+    reply = calls.add_after(
+        rs,
+        q,
+        if_exists,
+        spec.member,
+        due,
+        spec.payload_json,
+        spec.max_attempts,
+        spec.priority,
+        spec.after,
+    )
+    what = reply[0]
+    if what == "missing":
+        raise NotFound(f"--after: no task {reply[1]} in queue {queue}; nothing was added")
+    if what == "partitioned":
+        raise after_refused(queue, int(reply[1]))
+    rs.redis.execute_command("SADD", rs.keys.queues, queue)
+    if what == "kept":
+        return _add_result(rs, spec, queue, reply, 0)
+    state, due_ms, now = reply[1:4]
+    task = _spec_task(spec, str(state), due_ms)
+    if state == "waiting":
+        task.waiting_for = list(spec.after)
+    else:  # a parent was dead already: so is the task
+        task.last_error = f"parent {reply[4]} is dead"
+    return AddResult(str(what), task, now_ms=int(now), stored_queue=queue)
+
+
 def _unmark_stray(rs: Context, queue: str, spec: TaskSpec, reply: Any, parts: int) -> None:
     """Undo an add to the unpartitioned keys of a partitioned queue, and give the
     queue its "#partitions" field so that add-7 refuses the next such add."""
@@ -214,7 +266,7 @@ def cancel_ref(rs: Context, ref: TaskRef) -> str:
 
 
 #: A record's positions when left out (see the module docstring).
-_REC_DEFAULTS = ["null", 0, 0, "", "", None, 0, 0, None]
+_REC_DEFAULTS = ["null", 0, 0, "", "", None, 0, 0, None, None]
 
 
 def _progress(value: Any) -> dict[str, Any] | None:
@@ -255,6 +307,7 @@ def decode_task(
         lease_ms=int(score) if score is not None and state in ("processing", "dead") else None,
         priority=int(r[7] or 0),
         progress=_progress(r[8]),
+        waiting_for=list(r[9]) if isinstance(r[9], list) else [],
     )
 
 
@@ -277,11 +330,12 @@ def show_ref(rs: Context, ref: TaskRef) -> Task:
     pipe.zscore(q.proc, m)
     pipe.zscore(q.dead, m)
     pipe.zscore(q.ready, m)
+    pipe.zscore(q.waiting, m)
     if clustered:
         now = rs.now_ms()
-        raw, s, p, d, rd = _exec(pipe)
+        raw, s, p, d, rd, w = _exec(pipe)
     else:
-        t, raw, s, p, d, rd = _exec(pipe)
+        t, raw, s, p, d, rd, w = _exec(pipe)
         now = time_reply_ms(t)
     if raw is None:
         raise NotFound(f"no task {task_type} {task_id} in queue {queue}")
@@ -293,6 +347,8 @@ def show_ref(rs: Context, ref: TaskRef) -> Task:
         state, score = "processing", p
     elif d is not None:
         state, score = "dead", d
+    elif w is not None:
+        state, score = "waiting", w
     else:
         state, score = "orphan", None
     task = decode_task(rs, queue, m, raw, state, score)
@@ -333,7 +389,7 @@ def list_query(rs: Context, query: TaskQuery) -> list[Task]:
     queue, state, task_type, limit = query.queue, query.state, query.type, query.limit
     stored = P.names(rs, queue)
     if len(stored) > 1:  # each partition's first `limit`, merged in the same order
-        rank = {"processing": 0, "due": 1, "scheduled": 2, "dead": 3}
+        rank = {"processing": 0, "due": 1, "scheduled": 2, "waiting": 3, "dead": 4}
         merged: list[Task] = []
         for name in stored:
             for t in _list_stored(rs, name, state, task_type, limit):
@@ -350,7 +406,7 @@ def _list_stored(
 ) -> list[Task]:
     q = rs.keys.queue(queue)
     now = rs.now_ms()
-    order = ["processing", "due", "scheduled", "dead"] if state == "all" else [state]
+    order = ["processing", "due", "scheduled", "waiting", "dead"] if state == "all" else [state]
     out: list[Task] = []
     prefix = f"{task_type} " if task_type else None
     for st in order:
@@ -358,7 +414,12 @@ def _list_stored(
         if st == "due":
             rows = _due_rows(rs, q, now, want, task_type)
         else:
-            key = {"processing": q.proc, "scheduled": q.sched, "dead": q.dead}[st]
+            key = {
+                "processing": q.proc,
+                "scheduled": q.sched,
+                "dead": q.dead,
+                "waiting": q.waiting,
+            }[st]
             lo, hi = (f"({now}", "+inf") if st == "scheduled" else ("-inf", "+inf")
             rows = _range_rows(rs, key, lo, hi, want, prefix)
         if rows:
@@ -710,7 +771,7 @@ def _check_known(rs: Context, queue: str, verb: str) -> None:
         )
 
 
-#: Members per ZSCAN page and per ``cancel-batch-6`` call of :func:`cancel_all`.
+#: Members per ZSCAN page and per ``cancel-batch-9`` call of :func:`cancel_all`.
 CANCEL_PAGE = 500
 
 
@@ -728,7 +789,7 @@ def cancel_all(
 
     Paged on the server: each of the queue's sets is read with ``ZSCAN MATCH "TYPE *"``,
     :data:`CANCEL_PAGE` members at a time, and each page cancelled by one
-    ``cancel-batch-6`` call, which checks each task's state by the server's clock.
+    ``cancel-batch-9`` call, which checks each task's state by the server's clock.
     A dry run counts the same pages, by the server's clock at its start (ZSCAN may
     return a member twice while Redis resizes a large set: a dry run then counts it
     twice; a real run cancels it once)."""
@@ -744,11 +805,12 @@ def cancel_all(
         q = rs.keys.queue(stored)
         now = rs.now_ms() if dry_run else 0
         sets = {
-            "": [q.sched, q.ready, q.proc, q.dead],
+            "": [q.sched, q.ready, q.proc, q.dead, q.waiting],
             "scheduled": [q.sched],
             "due": [q.sched, q.ready],
             "processing": [q.proc],
             "dead": [q.dead],
+            "waiting": [q.waiting],
         }[want]
         for key in sets:
             cursor: Any = 0

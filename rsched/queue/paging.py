@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Members read per page at most when filtering by type.
 SCAN_BUDGET = 5000
 
-ORDER = ("processing", "due", "scheduled", "dead")
+ORDER = ("processing", "due", "scheduled", "waiting", "dead")
 
 
 @dataclass
@@ -93,6 +93,8 @@ def _groups(rs: Context, query: TaskQuery, now: int) -> list[Group]:
             out.append(((st, ""), [_Segment(n, st, "", q.proc, "-inf", "+inf") for n, q in qs]))
         elif st == "dead":
             out.append(((st, ""), [_Segment(n, st, "", q.dead, "-inf", "+inf") for n, q in qs]))
+        elif st == "waiting":
+            out.append(((st, ""), [_Segment(n, st, "", q.waiting, "-inf", "+inf") for n, q in qs]))
         elif st == "scheduled":
             out.append(((st, ""), [_Segment(n, st, "", q.sched, f"({now}", "+inf") for n, q in qs]))
         else:

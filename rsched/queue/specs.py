@@ -35,6 +35,7 @@ _FLAG_FIELDS = {
     "payload": "--payload",
     "max_attempts": "--max-attempts",
     "priority": "--priority",
+    "after": "--after",
 }
 
 
@@ -65,6 +66,7 @@ def make_spec(
     payload_json: str | bytes | None = None,
     max_attempts: Any = None,
     priority: Any = None,
+    after: Any = None,
     tz: str | None = None,
     fields: dict[str, str] | None = None,
 ) -> TaskSpec:
@@ -98,7 +100,28 @@ def make_spec(
         spec.max_attempts = validate.max_attempts(max_attempts, f["max_attempts"])
     if priority is not None and priority != 0:
         spec.priority = validate.priority(priority, f["priority"])
+    if after:
+        spec.after = _after(after, spec.member, f["after"])
     return spec
+
+
+def _after(value: Any, member: str, field: str) -> tuple[str, ...]:
+    """``after``: (TYPE, ID) pairs of the parents, in the same queue -> their members."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise BadInput(field, 'give a list of [TYPE, ID] pairs: [["order.open", "1001"]]')
+    out: list[str] = []
+    for pair in value:
+        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise BadInput(field, f"{pair!r} is not a [TYPE, ID] pair")
+        t, i = pair
+        validate.task_type(t, f"{field} TYPE")
+        validate.task_id(i, f"{field} ID")
+        m = f"{t} {i}"
+        if m == member:
+            raise BadInput(field, f"a task cannot wait for itself ({m})")
+        if m not in out:
+            out.append(m)
+    return tuple(out)
 
 
 def task_ref(task_type: str, task_id: str, queue: str = "default") -> TaskRef:
@@ -124,7 +147,9 @@ def task_query(
 
 
 #: Fields of one ``add --from`` JSON line.
-LINE_FIELDS = frozenset(("type", "id", "queue", "in", "at", "payload", "max_attempts", "priority"))
+LINE_FIELDS = frozenset(
+    ("type", "id", "queue", "in", "at", "payload", "max_attempts", "priority", "after")
+)
 
 
 def spec_from_line(raw: bytes | str, lineno: int, tz: str | None = None) -> TaskSpec:
@@ -178,6 +203,7 @@ def spec_from_line(raw: bytes | str, lineno: int, tz: str | None = None) -> Task
         payload=obj.get("payload"),
         max_attempts=max_attempts,
         priority=priority,
+        after=obj.get("after"),
         tz=tz,
     )
     try:

@@ -3,7 +3,7 @@
 Recording. An event is written by the Lua script that records its cause, in
 the same step, into the ``events`` stream beside the source's history (same
 hash tag: works on Redis Cluster): ``cron-finish-6`` (run.failed, run.lost,
-run.recovered), ``cron-tick-9`` (tick.missed), ``fail-8`` (task.dead),
+run.recovered), ``cron-tick-9`` (tick.missed), ``fail-10`` (task.dead),
 ``lock-release-5`` (an ``exec`` run's run.failed / run.lost) and
 ``event-silent-2`` (cron.silent, written by whichever live loop or
 ``rsched check`` notices the silence first; the cron's state field

@@ -23,6 +23,7 @@ import pytest
 
 from rsched.api import Rsched
 from rsched.core.timeutil import iso
+from rsched.lua import calls
 from rsched.queue.ops import make_spec
 from tests.support import Cli, RedisServer, wait_for
 
@@ -487,7 +488,7 @@ def _commands(client: Any) -> Counter[str]:
 
 
 #: The measured idle window: one and a half idle cadences (10 s). Whatever the phase,
-#: it holds one or two claim-16 calls and one or two BZPOPMIN timeouts.
+#: it holds one or two claim-18 calls and one or two BZPOPMIN timeouts.
 IDLE_WINDOW_S = 15.0
 
 
@@ -495,7 +496,7 @@ def test_idle_consumer_costs_redis_almost_nothing(
     own_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
     """Counted the strict way: INFO commandstats, which counts each command a script
-    runs. An idle cadence costs 7 (claim-16: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
+    runs. An idle cadence costs 7 (claim-18: EVALSHA, TIME, EXISTS, 2 ZRANGE, ZADD; and
     one BZPOPMIN), so the window sees at most 14 in 15 s; the old 5 s cadence with
     type checks in every claim cost 17 + 1 per 5 s (3.4/s)."""
     cli = Cli(own_server, namespace, cwd=str(tmp_path))
@@ -648,28 +649,28 @@ def test_ack_heartbeat_fail_release_check_the_claim_token(rs: Rsched) -> None:
         q.rate,
         q.ratelimit,
         q.events,
+        q.waiting,
+        q.children,
     ]
     add_many(rs, "t.tok", ["x"])
-    out = rs.scripts("claim-16", claim_keys, [1, 300, "old", 15000, 100, 100, "default", 5])
+    out = rs.scripts("claim-18", claim_keys, [1, 300, "old", 15000, 100, 100, "default", 5])
     old_token = out[6 + 4]
     # the old consumer stalls: its lease expires, the task is reaped and claimed again
     wait_for(lambda: rs.now_ms() > int(rs.redis.zscore(q.proc, "t.tok x") or 0), timeout=5)
-    out = rs.scripts("claim-16", claim_keys, [1, 60000, "new", 15000, 100, 100, "default", 5])
+    out = rs.scripts("claim-18", claim_keys, [1, 60000, "new", 15000, 100, 100, "default", 5])
     assert out[4] == 1 and len(out) == 6 + 7
     new_token = out[6 + 4]
     assert new_token != old_token and out[6 + 2] == 2  # attempt 2
     stale = ["t.tok x", old_token]
     assert rs.scripts("heartbeat-2", [q.proc, q.tasks], [1000, *stale]) == [0]
-    assert rs.scripts("ack-4", [q.proc, q.tasks, q.history, q.stats], [100, *stale, ""]) == [0]
-    fail_keys = [q.sched, q.proc, q.dead, q.tasks, q.history, q.stats, q.wake, q.events]
+    assert rs.scripts("ack-9", calls.ack_keys(q), [100, *stale, ""]) == [0]
+    fail_keys = calls.fail_keys(q)
     assert (
-        rs.scripts("fail-8", fail_keys, [100, *stale, "e", 10, "", "failed", "0", 5])[0] == "stale"
+        rs.scripts("fail-10", fail_keys, [100, *stale, "e", 10, "", "failed", "0", 5])[0] == "stale"
     )
     assert rs.scripts("release-4", [q.sched, q.proc, q.tasks, q.wake], stale) == 0
     assert rs.show("t.tok", "x").state == "processing"
-    ack = rs.scripts(
-        "ack-4", [q.proc, q.tasks, q.history, q.stats], [100, "t.tok x", new_token, ""]
-    )
+    ack = rs.scripts("ack-9", calls.ack_keys(q), [100, "t.tok x", new_token, ""])
     assert ack == [1] and gone(rs, "t.tok", "x")
 
 
@@ -692,6 +693,8 @@ def _claim_keys(rs: Rsched) -> list[str]:
         q.rate,
         q.ratelimit,
         q.events,
+        q.waiting,
+        q.children,
     ]
 
 
@@ -713,7 +716,7 @@ def _snapshot(rs: Rsched) -> dict[str, Any]:
 
 
 def test_claim_without_type_checks_reads_before_writing(rs: Rsched) -> None:
-    """claim-16 with check "0" (the idle consumer's call) skips the TYPE checks only
+    """claim-18 with check "0" (the idle consumer's call) skips the TYPE checks only
     while it has nothing to write but its registration: a key of another type still
     fails with the clear error, before anything is written (Lua does not roll back)."""
     from rsched.core.errors import WrongKeyType
@@ -725,25 +728,25 @@ def test_claim_without_type_checks_reads_before_writing(rs: Rsched) -> None:
     rs.redis.set(q.sched, "someone else's data")
     before = _snapshot(rs)
     with pytest.raises(WrongKeyType):
-        rs.scripts("claim-16", keys, args)
+        rs.scripts("claim-18", keys, args)
     assert _snapshot(rs) == before
     rs.redis.delete(q.sched)
     # A stale lease to reap, and `dead` (written by a reap, read by nothing before it)
     # is someone else's: the checks run because there is work, before the first write.
     add_many(rs, "t.s", ["a", "b"])
-    out = rs.scripts("claim-16", keys, [2, 300, "c0", 30_000, 100, 100, "default", 1, 1])
+    out = rs.scripts("claim-18", keys, [2, 300, "c0", 30_000, 100, 100, "default", 1, 1])
     assert len(out) == 6 + 2 * 7
     wait_for(lambda: rs.now_ms() > int(rs.redis.zscore(q.proc, "t.s a") or 0), timeout=5)
     rs.redis.set(q.dead, "someone else's data")
     before = _snapshot(rs)
     with pytest.raises(WrongKeyType):
-        rs.scripts("claim-16", keys, args)
+        rs.scripts("claim-18", keys, args)
     assert _snapshot(rs) == before
     rs.redis.delete(q.dead)
     # Nothing to do and a well-typed namespace: no TYPE check, the registration only.
     rs.redis.delete(q.proc)
     c0 = _commands(rs.redis)
-    out = rs.scripts("claim-16", keys, args)
+    out = rs.scripts("claim-18", keys, args)
     assert out[1:] == [-1, -1, 0, 0, 0]
     calls = _commands(rs.redis) - c0
     assert calls["type"] == 0 and calls["zadd"] == 1 and calls["zremrangebyscore"] == 0
@@ -760,7 +763,7 @@ def test_a_claim_that_fails_leaves_its_due_tasks_due(rs: Rsched) -> None:
     rs.redis.set(q.seq, "not a number")
     before = _snapshot(rs)
     with pytest.raises(ResponseError, match="not an integer"):
-        rs.scripts("claim-16", _claim_keys(rs), [10, 60_000, "c1", 30_000, 100, 100, "default", 5])
+        rs.scripts("claim-18", _claim_keys(rs), [10, 60_000, "c1", 30_000, 100, 100, "default", 5])
     after = _snapshot(rs)
     registration = after.pop(q.consumers)
     before.pop(q.consumers)

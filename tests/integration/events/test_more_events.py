@@ -37,7 +37,7 @@ def _claim_short(rs: Any, queue: str = "default", lease_ms: int = 50) -> int:
 def test_a_lapsed_lease_is_run_lost_and_its_last_one_also_task_dead(rs: Any) -> None:
     rs.add("mail.send", "m1", max_attempts=2)
     assert _claim_short(rs) == 1
-    # given back by requeue-stale-7 (the operator's sweep): run.lost, attempt 1
+    # given back by requeue-stale-9 (the operator's sweep): run.lost, attempt 1
     assert rs.requeue_stale("default")["requeued"] == 1
     evs = rs.events()
     assert [e["event"] for e in evs] == ["run.lost"]

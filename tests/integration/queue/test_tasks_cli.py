@@ -10,6 +10,7 @@ import time
 import pytest
 
 from rsched.api import Rsched
+from rsched.lua import calls
 from tests.support import Cli, RedisServer, wait_for
 
 
@@ -25,7 +26,7 @@ def server_ms(server: RedisServer) -> int:
 def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_000) -> list[object]:
     q = rs.keys.queue(queue)
     out = rs.scripts(
-        "claim-16",
+        "claim-18",
         [
             q.sched,
             q.proc,
@@ -43,6 +44,8 @@ def claim(rs: Rsched, queue: str = "default", n: int = 10, lease_ms: int = 60_00
             q.rate,
             q.ratelimit,
             q.events,
+            q.waiting,
+            q.children,
         ],
         [n, lease_ms, "test-consumer", 15_000, 100, 1000, queue, 5],
     )
@@ -72,6 +75,7 @@ def test_add_in_30m_is_due_30_minutes_after_the_server_clock(cli: Cli, server: R
         "last_error",
         "priority",
         "progress",
+        "waiting_for",
     }
 
 
@@ -347,9 +351,7 @@ def test_requeue_stale_brings_back_an_expired_lease_and_dead_letters_the_last_at
     assert b["id"] == "b" and "lease expired" in b["last_error"]
     # A stale ack of the old claim is refused: the token was cleared.
     token_a = claimed[4]
-    assert rs.scripts(
-        "ack-4", [q.proc, q.tasks, q.history, q.stats], [100, "job a", token_a, ""]
-    ) == [0]
+    assert rs.scripts("ack-9", calls.ack_keys(q), [100, "job a", token_a, ""]) == [0]
     assert cli.json("retry", "job", "b") == {"retried": 1}
     assert cli.json("show", "job", "b")["state"] == "due"
     assert cli("retry", "job", "b").returncode == 4

@@ -30,7 +30,7 @@ def test_queue_depths_lag_and_runs(cli: Cli, rs: Rsched) -> None:
     cli("add", "order.close", "2", check=0)
     cli("add", "order.close", "3", "--in", "1h", check=0)
     cli("add", "mail.send", "a", "--queue", "mail", "--in", "30m", check=0)
-    # run counters as the Lua core records them (ack-4 / fail-8: "RESULT|TYPE" -> count)
+    # run counters as the Lua core records them (ack-9 / fail-10: "RESULT|TYPE" -> count)
     st = rs.keys.queue("default").stats
     rs.redis.hset(
         st,

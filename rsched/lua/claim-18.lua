@@ -1,4 +1,4 @@
--- claim-16: claim up to N due tasks for one consumer, by the server's clock, of
+-- claim-18: claim up to N due tasks for one consumer, by the server's clock, of
 -- the types it can run. Also registers the consumer (and the types it runs) and
 -- reaps expired leases (bounded), so a running consumer is its own sweeper; the
 -- script is atomic, so two consumers can never reap or claim the same entry.
@@ -19,6 +19,9 @@
 -- KEYS[14] rate      ZSET claim token -> when claimed (ms): the rate limit's sliding window
 -- KEYS[15] ratelimit STRING the queue's rate limit "N WINDOW_MS TEXT" (expires; see ARGV[12])
 -- KEYS[16] events    STREAM the queue's events (capped): run.lost / task.dead of a reap
+-- KEYS[17] waiting   ZSET tasks waiting for parents (_after.lua): a reap that sends a
+--                    task dead sends those waiting for it dead too
+-- KEYS[18] children  HASH parent member -> JSON array of its waiting children
 -- ARGV[1] max        integer, tasks to claim at most (0 = only register/reap)
 -- ARGV[2] lease      integer ms
 -- ARGV[3] consumer   consumer id string
@@ -66,6 +69,7 @@
 -- backlog of types it does not run.
 --@include _now.lua
 --@include _record.lua
+--@include _after.lua
 --@include _reap.lua
 --@include _types.lua
 --@include _bulk.lua
@@ -74,7 +78,8 @@
 
 local TYPES = {KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'string', KEYS[8], 'zset', KEYS[9], 'stream', KEYS[10], 'hash', KEYS[11], 'hash',
-  KEYS[12], 'zset', KEYS[13], 'zset', KEYS[14], 'zset', KEYS[15], 'string', KEYS[16], 'stream'}
+  KEYS[12], 'zset', KEYS[13], 'zset', KEYS[14], 'zset', KEYS[15], 'string', KEYS[16], 'stream',
+  KEYS[17], 'zset', KEYS[18], 'hash'}
 local maxc = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local park_limit = tonumber(ARGV[11] or '0') or 0
@@ -198,7 +203,7 @@ end
 local rq, rd = 0, 0
 if reap_now then
   rq, rd = reap(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[9], now, tonumber(ARGV[5]), ARGV[6], ARGV[7], false, tonumber(ARGV[8]),
-    KEYS[16], ARGV[13])
+    KEYS[16], ARGV[13], KEYS[17], KEYS[18])
 end
 local out = {now, -1, -1, paused, rq, rd}
 

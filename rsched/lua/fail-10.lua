@@ -1,5 +1,6 @@
--- fail-8: a run failed: retry the task after a backoff, or dead-letter it
--- when it has used all its attempts (event task.dead). Owner-checked by claim token.
+-- fail-10: a run failed: retry the task after a backoff, or dead-letter it
+-- when it has used all its attempts (event task.dead); the tasks waiting for a
+-- dead-lettered one go dead too (_after.lua). Owner-checked by claim token.
 --
 -- KEYS[1] sched    ZSET member -> due
 -- KEYS[2] proc     ZSET member -> lease expiry
@@ -9,6 +10,8 @@
 -- KEYS[6] stats    HASH counters; the run-duration histogram (_duration.lua)
 -- KEYS[7] wake     ZSET wake-up marker
 -- KEYS[8] events   STREAM the queue's events (capped)
+-- KEYS[9] waiting  ZSET tasks waiting for parents -> due
+-- KEYS[10] children HASH parent member -> JSON array of its waiting children
 -- ARGV[1] maxlen   integer, history cap
 -- ARGV[2] member
 -- ARGV[3] token
@@ -23,6 +26,7 @@
 --@include _now.lua
 --@include _record.lua
 --@include _duration.lua
+--@include _after.lua
 
 local m, tok = ARGV[2], ARGV[3]
 local raw = redis.call('HGET', KEYS[4], m)
@@ -50,6 +54,8 @@ if ARGV[8] == '1' or r[P_ATTEMPTS] >= eff_max(r, tonumber(ARGV[9])) then
     attempt = r[P_ATTEMPTS], token = tok}
   if ARGV[6] ~= '' then ev = cjson.decode(ARGV[6]) end
   event(KEYS[8], ARGV[10], 'task.dead', now, ev)
+  after_kill({tasks = KEYS[4], dead = KEYS[3], waiting = KEYS[9], children = KEYS[10],
+    stats = KEYS[6], events = KEYS[8], evmax = ARGV[10]}, m, 'went dead', now)
   return {'dead', now}
 end
 local due = now + tonumber(ARGV[5])
