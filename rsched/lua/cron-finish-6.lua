@@ -3,7 +3,8 @@
 -- (run.failed, run.lost, or run.recovered: the first ok after a run that was not).
 --
 -- KEYS[1] lock     HASH run lock (see _lock.lua)
--- KEYS[2] state    HASH last_run_fire, last_result, last_host, ...
+-- KEYS[2] state    HASH last_run_fire, last_result, last_host, last_done (the last
+--                  finished run's result: run.recovered), ...
 -- KEYS[3] history  STREAM execution records (capped)
 -- KEYS[4] stats    HASH result -> count; the run-duration histogram (_duration.lua)
 -- KEYS[5] wake     ZSET wake-up of the holder's watchdog (concurrency replace)
@@ -34,8 +35,14 @@ rec['finished_ms'] = now
 local last = tonumber(redis.call('HGET', KEYS[2], 'last_run_fire') or '-1')
 local ev = run_event(rec['result'])
 if tonumber(rec['fire_ms']) >= last then
-  local prev = redis.call('HGET', KEYS[2], 'last_result')
-  if rec['result'] == 'ok' and prev and prev ~= 'ok' and prev ~= 'skipped' then ev = 'run.recovered' end
+  -- run.recovered: the first ok after a run that ended otherwise. last_result says
+  -- "running" while a run goes on, so the finished runs' last result is kept apart
+  -- (last_done); a skipped tick is no run and changes nothing.
+  if rec['result'] ~= 'skipped' then
+    local prev = redis.call('HGET', KEYS[2], 'last_done')
+    if rec['result'] == 'ok' and prev and prev ~= 'ok' then ev = 'run.recovered' end
+    redis.call('HSET', KEYS[2], 'last_done', rec['result'])
+  end
   redis.call('HSET', KEYS[2], 'last_run_fire', rec['fire_ms'], 'last_result', rec['result'], 'last_host', rec['host'])
 end
 redis.call('HINCRBY', KEYS[4], rec['result'], 1)

@@ -287,3 +287,38 @@ def test_bad_alert_settings_refused_before_connecting(cli: Any, rs: Any, tmp_pat
         )
         assert field in res.stderr, res.stderr
     assert list(rs.redis.scan_iter(f"{rs.keys.ns}:*")) == []
+
+
+def test_run_recovered_once_after_failures_and_never_for_a_cron_that_stays_ok(
+    cli: Any, tmp_path: Path
+) -> None:
+    """A cron fails twice, then runs ok: one run.recovered (its first ok run); a cron
+    that is ok every tick has none."""
+    flag = tmp_path / "fail"
+    flag.write_text("2")
+    job = f'n=$(cat {flag}); if [ "$n" -gt 0 ]; then echo $((n-1)) > {flag}; exit 1; fi'
+    a = cli.spawn("run", "cron", "flaky", "--schedule", "* * * * * *", "--", "sh", "-c", job)
+    b = cli.spawn("run", "cron", "steady", "--schedule", "* * * * * *", "--", "true")
+    try:
+        wait_for(
+            lambda: (
+                len([r for r in cli.json("history", "flaky") if r["result"] == "ok"]) >= 2
+                and len(cli.json("history", "steady")) >= 3
+            ),
+            40,
+            what="two ok runs after the failures, three steady runs",
+        )
+    finally:
+        for p in (a, b):
+            p.send_signal(signal.SIGTERM)
+        for p in (a, b):
+            p.wait(30)
+    got = [(e["event"], e["name"]) for e in cli.json("events", "--limit", "1000")]
+    assert got.count(("run.failed", "flaky")) == 2
+    assert got.count(("run.recovered", "flaky")) == 1
+    assert not [g for g in got if g[1] == "steady"]
+    rec = next(e for e in cli.json("events") if e["event"] == "run.recovered")
+    first_ok = min(
+        (r for r in cli.json("history", "flaky") if r["result"] == "ok"), key=lambda r: r["token"]
+    )
+    assert rec["token"] == first_ok["token"]
