@@ -148,9 +148,24 @@ def partition_index(task_type: str, task_id: str, partitions: int) -> int:
 
 
 class _EventKeys:
-    """The events keys every source (queue, cron, lock) has beside its history."""
+    """The keys every source of runs (queue, cron, lock) has beside its history: its
+    events and their delivery outcomes, its kept run logs."""
 
     prefix: str
+
+    @property
+    def logs(self) -> str:
+        """HASH run token -> run log JSON (stdout, stderr, truncated)."""
+        return f"{self.prefix}:logs"
+
+    @property
+    def log_index(self) -> str:
+        """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
+        return f"{self.prefix}:logidx"
+
+    def live(self, token: object) -> str:
+        """STREAM of a running command's output chunks (``rsched logs --follow``)."""
+        return f"{self.prefix}:live:{token}"
 
     @property
     def events(self) -> str:
@@ -259,20 +274,6 @@ class QueueKeys(_EventKeys):
         """HASH consumer id -> JSON array of the type globs the consumer runs."""
         return self._k("handles")
 
-    @property
-    def logs(self) -> str:
-        """HASH run token -> run log JSON (stdout, stderr, truncated)."""
-        return f"{self.prefix}:logs"
-
-    @property
-    def log_index(self) -> str:
-        """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
-        return f"{self.prefix}:logidx"
-
-    def live(self, token: object) -> str:
-        """STREAM of a running command's output chunks (``rsched logs --follow``)."""
-        return f"{self.prefix}:live:{token}"
-
 
 @dataclass(frozen=True)
 class CronKeys(_EventKeys):
@@ -351,20 +352,6 @@ class CronKeys(_EventKeys):
     def stats(self) -> str:
         return self._k("stats")
 
-    @property
-    def logs(self) -> str:
-        """HASH run token -> run log JSON (stdout, stderr, truncated)."""
-        return f"{self.prefix}:logs"
-
-    @property
-    def log_index(self) -> str:
-        """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
-        return f"{self.prefix}:logidx"
-
-    def live(self, token: object) -> str:
-        """STREAM of a running command's output chunks (``rsched logs --follow``)."""
-        return f"{self.prefix}:live:{token}"
-
 
 @dataclass(frozen=True)
 class LockKeys(_EventKeys):
@@ -397,20 +384,6 @@ class LockKeys(_EventKeys):
     def stats(self) -> str:
         """HASH: the run-duration histogram of the lock's recorded runs (``exec``)."""
         return f"{self.prefix}:stats"
-
-    @property
-    def logs(self) -> str:
-        """HASH run token -> run log JSON (stdout, stderr, truncated)."""
-        return f"{self.prefix}:logs"
-
-    @property
-    def log_index(self) -> str:
-        """ZSET run token -> when its log was written (trims ``logs`` to the history cap)."""
-        return f"{self.prefix}:logidx"
-
-    def live(self, token: object) -> str:
-        """STREAM of a running command's output chunks (``rsched logs --follow``)."""
-        return f"{self.prefix}:live:{token}"
 
 
 def logs_of_history(history_key: str) -> str:
