@@ -12,16 +12,19 @@ the synchronous one: the same URL forms and options.
   master through ``redis.asyncio.sentinel.Sentinel``, asked again on each new
   connection (a failover is followed by the next command, as in the sync client).
 
-No retries are hidden here but the ones a cluster needs (a failover: the slot
-map refreshed and the command sent again, with backoff, ~10 s at most).
+No retries are hidden here but the ones a cluster needs (a failover or a slot
+being migrated: the slot map refreshed and the command sent again, with backoff,
+~10 s at most).
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rsched.core.conn import (
     SENTINEL_PREFIXES,
+    FailoverBackoff,
     _no_setinfo,
     check_settings_url,
     cluster_mode,
@@ -69,15 +72,40 @@ def client_for(settings: Settings) -> tuple[Any, bool]:
 
 
 def _cluster(url: str, kw: dict[str, Any]) -> Any:
-    from redis.asyncio.cluster import RedisCluster
-    from redis.asyncio.retry import Retry
-    from redis.backoff import ExponentialBackoff
-
     kw = dict(kw)
     kw.pop("db", None)
-    # A failover takes about cluster-node-timeout plus an election (as the sync client).
-    kw["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), 12)
-    return RedisCluster.from_url(url, **kw)
+    return _failover_cluster_class().from_url(url, **kw)
+
+
+@cache
+def _failover_cluster_class() -> Any:
+    """redis-py's asyncio RedisCluster, whose commands ride out a failover and a
+    slot migration as the synchronous client's do (:func:`rsched.core.conn.connect`).
+
+    Its own retries are immediate and few (a dead primary's slots have no primary
+    for cluster-node-timeout plus an election; a migrating slot answers ``TRYAGAIN``
+    to a multi-key script until its keys have moved, and "TTL exhausted" follows
+    within half a second). This one sends a command that could not reach its node,
+    or was answered ``CLUSTERDOWN`` / ``TRYAGAIN`` / ``MASTERDOWN`` or ran out of
+    redirections, again with backoff for up to
+    :data:`~rsched.core.conn.FAILOVER_WAIT_S`; never after a timeout (the node may
+    have run it)."""
+    import asyncio
+
+    from redis.asyncio.cluster import RedisCluster
+
+    class FailoverCluster(RedisCluster):  # type: ignore[misc]
+        async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+            backoff = FailoverBackoff()
+            while True:
+                try:
+                    return await super().execute_command(*args, **kwargs)
+                except backoff.retryable as exc:
+                    if (wait := backoff.wait_s(exc)) is None:
+                        raise
+                    await asyncio.sleep(wait)
+
+    return FailoverCluster
 
 
 def _sentinel(settings: Settings, kw: dict[str, Any]) -> Any:

@@ -227,6 +227,36 @@ def _pinged(client: Any, settings: Settings) -> Any:
 FAILOVER_WAIT_S = 10.0
 
 
+class FailoverBackoff:
+    """When a cluster command that met a failover or a moving slot is sent again:
+    :meth:`wait_s` is the pause before the next try (50 ms doubling to 0.5 s), or
+    ``None`` to give up: after :data:`FAILOVER_WAIT_S`, or at once for an error no
+    retry can cure. A timeout is never retried (a node that took the command may
+    have run it). Shared by the sync and asyncio cluster clients."""
+
+    def __init__(self) -> None:
+        from redis import exceptions as rx
+
+        # ClusterError itself (not a subclass) is redis-py's "TTL exhausted".
+        self.retryable = (rx.ConnectionError, rx.ClusterError, rx.TryAgainError)
+        self._timeout = rx.TimeoutError
+        self._deadline: float | None = None
+        self._delay = 0.05
+
+    def wait_s(self, exc: BaseException) -> float | None:
+        import time
+
+        if not isinstance(exc, self.retryable) or isinstance(exc, self._timeout):
+            return None
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + FAILOVER_WAIT_S
+        if now >= self._deadline:
+            return None
+        wait, self._delay = min(self._delay, self._deadline - now), min(self._delay * 2, 0.5)
+        return wait
+
+
 @cache
 def _failover_cluster_class() -> Any:
     """redis-py's RedisCluster, whose commands ride out a failover.
@@ -235,35 +265,28 @@ def _failover_cluster_class() -> Any:
     unreachable, but at once, a few times: while the dead primary's slots have
     no primary yet (``cluster-node-timeout`` plus an election) that fails. This
     client retries a command that could not reach its node, or was answered
-    ``CLUSTERDOWN`` / ``TRYAGAIN`` / ``MASTERDOWN``, with backoff for up to
-    :data:`FAILOVER_WAIT_S`. It does not retry a timeout (a node that took the
-    command may have run it), nor anything else. Pipelines are not retried
-    (their callers have their own loops: consumers back off and carry on).
+    ``CLUSTERDOWN`` / ``TRYAGAIN`` / ``MASTERDOWN``, or that ran out of redirections
+    (redis-py's "TTL exhausted": a slot being migrated answers ``TRYAGAIN`` to a
+    multi-key script until all its keys have moved), with backoff for up to
+    :data:`FAILOVER_WAIT_S` (:class:`FailoverBackoff`). It does not retry a timeout
+    (a node that took the command may have run it), nor anything else. Pipelines
+    are not retried (their callers have their own loops: consumers back off and
+    carry on).
     """
     import time
 
-    from redis import exceptions as rx
     from redis.cluster import RedisCluster
-
-    retryable = (rx.ConnectionError, rx.ClusterDownError, rx.TryAgainError, rx.MasterDownError)
 
     class FailoverCluster(RedisCluster):  # type: ignore[misc]
         def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-            deadline = None
-            delay = 0.05
+            backoff = FailoverBackoff()
             while True:
                 try:
                     return super().execute_command(*args, **kwargs)
-                except retryable as exc:
-                    if isinstance(exc, rx.TimeoutError):
+                except backoff.retryable as exc:
+                    if (wait := backoff.wait_s(exc)) is None:
                         raise
-                    now = time.monotonic()
-                    if deadline is None:
-                        deadline = now + FAILOVER_WAIT_S
-                    if now >= deadline:
-                        raise
-                    time.sleep(min(delay, deadline - now))
-                    delay = min(delay * 2, 0.5)
+                    time.sleep(wait)
 
     return FailoverCluster
 

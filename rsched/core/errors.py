@@ -159,6 +159,13 @@ def map_error(exc: Exception) -> Exception:
         return RedisFull()
     if isinstance(exc, rp.exceptions.NoPermissionError):  # redis-py strips "NOPERM "
         return ConfigError(f"the Redis user lacks a permission rsched needs: {exc}")
+    if isinstance(exc, rp.exceptions.ClusterDownError | rp.exceptions.TryAgainError):
+        # redis-py strips the CLUSTERDOWN / MASTERDOWN / TRYAGAIN code: an outage (exit 69)
+        return RedisUnavailable(f"Redis Cluster cannot serve the keys now: {exc}")
     if isinstance(exc, rp.ResponseError):
         return _map_reply(str(exc), exc)
+    if isinstance(exc, rp.exceptions.ClusterError):  # "TTL exhausted": redirected too often
+        return RedisUnavailable(
+            f"Redis Cluster kept redirecting the command (a slot moving?): {exc}"
+        )
     return exc

@@ -18,5 +18,6 @@ TRANSIENT: tuple[type[Exception], ...] = (
     redis.TimeoutError,
     redis.exceptions.ReadOnlyError,  # a replica after a failover, until we follow it
     redis.exceptions.ClusterDownError,  # MasterDownError is one
+    redis.exceptions.ClusterError,  # "TTL exhausted": redirected (ASK/TRYAGAIN) while a slot moves
     redis.exceptions.TryAgainError,
 )

@@ -120,3 +120,22 @@ def test_text_from_redis_cannot_drive_the_terminal():
     assert shown == "id\\x1b[2J\\x07\\r\\n\\u202eevil\\x9b"
     assert shown.isprintable()
     assert printable("订单 1001") == "订单 1001"
+
+
+def test_cluster_redirect_and_outage_errors_are_unavailable_not_internal():
+    """redis-py strips CLUSTERDOWN / TRYAGAIN from its messages and raises a bare
+    ClusterError("TTL exhausted.") after too many redirections (a slot moving):
+    each is an outage to wait out, exit 69, never an internal error."""
+    import redis.exceptions as rx
+
+    from rsched.core.errors import RedisUnavailable, map_error
+
+    for exc in (
+        rx.ClusterError("TTL exhausted."),
+        rx.TryAgainError("Multiple keys request during rehashing of slot"),
+        rx.ClusterDownError("The cluster is down"),
+        rx.MasterDownError("Link with MASTER is down and replica-serve-stale-data is set to 'no'."),
+    ):
+        mapped = map_error(exc)
+        assert isinstance(mapped, RedisUnavailable), exc
+        assert mapped.exit_code == ExitCode.UNAVAILABLE
