@@ -39,7 +39,7 @@ _rsched_options() {
     'rsched resume') echo '--queue --create --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched retry') echo '--queue --all --format --json -v --verbose -q --quiet -h --help' ;;
     'rsched run') echo '-v --verbose -q --quiet -h --help' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --timeout --grace --partitions --burst --metrics-port --log-format --alert-command --alert-url -v --verbose -q --quiet -h --help' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --type-rate-limit --timeout --grace --partitions --burst --metrics-port --log-format --alert-command --alert-url -v --verbose -q --quiet -h --help' ;;
     'rsched run cron') echo '--all --schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --broadcast --after --on-lock-lost --once --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url -h --help' ;;
     'rsched run expired') echo '--pattern --handler --db --backup-sweep --concurrency --timeout --claim-window --set-notify -h --help' ;;
     'rsched run worker') echo '--queue --no-crons --concurrency --grace --partitions --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url -v --verbose -q --quiet -h --help' ;;
@@ -83,7 +83,7 @@ _rsched_value_options() {
     'rsched requeue-stale') echo '--queue --format' ;;
     'rsched resume') echo '--queue --format' ;;
     'rsched retry') echo '--queue --format' ;;
-    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --timeout --grace --partitions --metrics-port --log-format --alert-command --alert-url' ;;
+    'rsched run consumer') echo '--queue --handler --id-arg --call --concurrency --lease --max-attempts --backoff --backoff-max --rate-limit --type-rate-limit --timeout --grace --partitions --metrics-port --log-format --alert-command --alert-url' ;;
     'rsched run cron') echo '--schedule --tz --dialect --ttl --concurrency --misfire --starting-deadline --timeout --jitter --shards --after --on-lock-lost --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url' ;;
     'rsched run expired') echo '--pattern --handler --db --concurrency --timeout --claim-window' ;;
     'rsched run worker') echo '--queue --concurrency --grace --partitions --wait-replicas --wait-replicas-timeout --metrics-port --log-format --alert-command --alert-url' ;;

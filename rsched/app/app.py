@@ -60,6 +60,8 @@ class TaskDef:
     max_attempts: int | None = None
     timeout_ms: int | None = None
     lease_ms: int | None = None
+    #: (N, window ms, text) of ``rate_limit="N/DUR"``: this type's own rate limit
+    rate_limit: tuple[int, int, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -182,21 +184,29 @@ class App:
         max_attempts: int | None = None,
         timeout: Any = None,
         lease: Any = None,
+        rate_limit: Any = None,
     ) -> Callable[[F], F]:
         """Register ``fn(task)`` as the handler of ``task_type``; ``fn.delay(id, delay=None,
         at=None, payload=None)`` schedules one, ``fn.at(id, at, payload=None)`` at a time
-        (the same as ``delay(id, at=...)``); both return what ``Rsched.add`` returns."""
+        (the same as ``delay(id, at=...)``); both return what ``Rsched.add`` returns.
+        ``rate_limit="N/DUR"``: at most N runs of this type in any window of DUR, across
+        every worker (the queue's ``type_rate_limits`` in the config file wins)."""
         validate.task_type(task_type, "@app.task type")
         validate.queue(queue, "@app.task queue")
         if max_attempts is not None:
             max_attempts = validate.max_attempts(max_attempts)
         d_timeout = _dur(timeout, "@app.task timeout")
         d_lease = _dur(lease, "@app.task lease")
+        rate = (
+            None if rate_limit is None else validate.rate_limit(rate_limit, "@app.task rate_limit")
+        )
 
         def deco(fn: F) -> F:
             if task_type in self.tasks:
                 raise errors.BadInput("@app.task", f"{task_type!r} is registered twice")
-            self.tasks[task_type] = TaskDef(task_type, fn, queue, max_attempts, d_timeout, d_lease)
+            self.tasks[task_type] = TaskDef(
+                task_type, fn, queue, max_attempts, d_timeout, d_lease, rate
+            )
 
             def delay(
                 task_id: str, delay: Any = None, at: Any = None, payload: Any = None

@@ -99,6 +99,16 @@ def consumer_for(
         leases = [t.lease_ms for t in app.tasks.values() if t.queue == q and t.lease_ms]
         if leases:
             per[q] = dataclasses.replace(per[q], lease_ms=max(leases))
+        # @app.task(rate_limit=...): the type's limit, unless the config file gives one
+        given = {t[0] for t in per[q].type_rate_limits}
+        coded = [
+            (t.type, *t.rate_limit)
+            for t in app.tasks.values()
+            if t.queue == q and t.rate_limit and t.type not in given
+        ]
+        if coded:
+            merged = sorted([*per[q].type_rate_limits, *coded])
+            per[q] = dataclasses.replace(per[q], type_rate_limits=tuple(merged))
     opts = dataclasses.replace(opts, per_queue=per)
     table = {
         t.type: PythonHandler(t.fn, f"{t.fn.__module__}:{t.fn.__qualname__}", t.timeout_ms)

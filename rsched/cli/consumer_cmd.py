@@ -96,6 +96,14 @@ def build_handlers(
     "the server's clock, like 100/1s [config rate_limit; default none].",
 )
 @click.option(
+    "--type-rate-limit",
+    "type_rate_limit",
+    metavar="TYPE=N/DUR",
+    multiple=True,
+    help="At most N claims of tasks of TYPE in any window of DUR across every consumer of "
+    "the queue; the other types go on (repeatable) [config type_rate_limits; default none].",
+)
+@click.option(
     "--timeout",
     metavar="DUR",
     help="Stop a handler after DUR, recorded timeout: a command's process group is killed, "
@@ -128,6 +136,7 @@ def consumer(
     backoff: str | None,
     backoff_max: str | None,
     rate_limit: str | None,
+    type_rate_limit: tuple[str, ...],
     timeout: str | None,
     grace: str | None,
     partitions: str | None,
@@ -164,6 +173,7 @@ def consumer(
         timeout_ms=timeout,
         grace_ms=grace,
         rate_limit=rate_limit,
+        type_rate_limits=type_rate_limit or None,
     )
     check_metrics_port(metrics_port)
     sinks = alert_sinks(app, [f"q:{q}" for q in (queues or ("default",))])

@@ -482,8 +482,10 @@ def queues(app: App) -> None:
     NO HANDLER: due tasks that no live consumer can run (no handler for their
     type; with no live consumer, every due task), with the age of the oldest
     and the types. With --json: unrunnable, unrunnable_lag_ms, unrunnable_types.
+    WAITING: tasks waiting for their parents (add --after); --json: waiting.
     RATE: the rate limit its consumers enforce (rate_limit), "(throttled)" while
-    no permit is left in its window; --json: rate_limit, throttled.
+    no permit is left in its window, then each type's own (type_rate_limits);
+    --json: rate_limit, throttled, type_rate_limits, throttled_types.
     """
     from rsched.core.timeutil import human_duration, show
     from rsched.queue import ops as tasks
@@ -495,6 +497,7 @@ def queues(app: App) -> None:
         ("QUEUE", lambda s: s.queue + (" (paused)" if s.paused else "")),
         ("SCHEDULED", lambda s: s.scheduled),
         ("DUE", lambda s: s.due),
+        ("WAITING", lambda s: s.waiting),
         ("PROCESSING", lambda s: s.processing),
         ("STALE", lambda s: s.stale),
         ("DEAD", lambda s: s.dead),
@@ -502,12 +505,19 @@ def queues(app: App) -> None:
         ("NEXT DUE", lambda s: show(s.next_due_ms, now)),
         ("CONSUMERS", lambda s: s.consumers),
         ("NO HANDLER", _unrunnable),
-        (
-            "RATE",
-            lambda s: s.rate_limit and s.rate_limit + (" (throttled)" if s.throttled else ""),
-        ),
+        ("RATE", _rates),
     ]
     render.table(rows, cols, app.fmt, to_json=lambda s: s.to_json(), empty="no queues yet")
+
+
+def _rates(s: Any) -> str | None:
+    """``100/1s (throttled); mail.send 10/1s (throttled)``, or None without limits."""
+    parts = []
+    if s.rate_limit:
+        parts.append(s.rate_limit + (" (throttled)" if s.throttled else ""))
+    for t, text in s.type_rate_limits.items():
+        parts.append(f"{t} {text}" + (" (throttled)" if t in s.throttled_types else ""))
+    return "; ".join(parts) or None
 
 
 def _unrunnable(s: Any) -> str | None:

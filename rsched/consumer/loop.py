@@ -201,9 +201,15 @@ class _Held:
         return self.run is not None and self.run.terminate("cancelled")
 
 
-def _rate_arg(rate: tuple[int, int, str] | None) -> str | None:
-    """claim-18's rate argument: "N WINDOW_MS TEXT"."""
-    return None if rate is None else f"{rate[0]} {rate[1]} {rate[2]}"
+def _rate_arg(opts: QueueOptions) -> str | None:
+    """claim-18's rate argument: the queue's "N WINDOW_MS TEXT" (or "- - -"), then a
+    line "N WINDOW_MS TYPE TEXT" per type."""
+    rate, per_type = opts.rate_limit, opts.type_rate_limits
+    if rate is None and not per_type:
+        return None
+    lines = ["- - -" if rate is None else f"{rate[0]} {rate[1]} {rate[2]}"]
+    lines += [f"{n} {w} {t} {text}" for t, n, w, text in per_type]
+    return "\n".join(lines)
 
 
 def _progress_field(h: _Held) -> dict[str, Any]:
@@ -285,6 +291,7 @@ class Consumer:
         *,
         partitions: int | None = None,
         rate_limit: Any = None,
+        type_rate_limits: Any = None,
         options: ConsumerOptions | None = None,
         log: Callable[[str], None] | None = None,
         verbose: int = 0,
@@ -306,6 +313,7 @@ class Consumer:
                 grace_ms=grace_ms,
                 partitions=partitions,
                 rate_limit=rate_limit,
+                type_rate_limits=type_rate_limits,
             )
         self.options = options
         self.concurrency = options.concurrency
@@ -769,7 +777,7 @@ class Consumer:
             handles_json=self._handles_json,
             park_limit=PARK_LIMIT,
             type_patterns=self._type_patterns,
-            rate=_rate_arg(qs.opts.rate_limit),
+            rate=_rate_arg(qs.opts),
         )
         qs.checked = True
         t1 = time.monotonic()

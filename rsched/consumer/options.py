@@ -41,6 +41,8 @@ class QueueOptions:
     backoff_max_ms: int
     #: (N, window ms, text) of ``rate_limit = "N/DUR"``, or None
     rate_limit: tuple[int, int, str] | None = None
+    #: ((type, N, window ms, text), ...) of ``type_rate_limits``, by type
+    type_rate_limits: tuple[tuple[str, int, int, str], ...] = ()
 
 
 def from_config(
@@ -67,6 +69,7 @@ def queue_options(
     backoff_ms: Any = None,
     backoff_max_ms: Any = None,
     rate_limit: Any = None,
+    type_rate_limits: Any = None,
 ) -> QueueOptions:
     """Explicit values win; then ``[queues.Q]`` in the config file; then the defaults."""
 
@@ -92,7 +95,15 @@ def queue_options(
         raise BadInput("--backoff-max", f"{cap}ms is shorter than --backoff ({backoff}ms)")
     timeout = pick(timeout_ms, "timeout", "--timeout", duration_ms, None)
     rate = pick(rate_limit, "rate_limit", "--rate-limit", validate.rate_limit, None)
-    return QueueOptions(lease, int(ma), timeout, backoff, cap, rate)
+    per_type = dict(
+        (t[0], t) for t in pick(None, "type_rate_limits", "", validate.type_rate_limits, ())
+    )
+    if type_rate_limits is not None:  # the flag's (or the app's) win over the file's, per type
+        given = validate.type_rate_limits(type_rate_limits, "--type-rate-limit")
+        per_type.update((t[0], t) for t in given)
+    return QueueOptions(
+        lease, int(ma), timeout, backoff, cap, rate, tuple(per_type[t] for t in sorted(per_type))
+    )
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,7 @@ def consumer_options(
     grace_ms: Any = None,
     partitions: Any = None,
     rate_limit: Any = None,
+    type_rate_limits: Any = None,
 ) -> ConsumerOptions:
     """Check every option (flags as text or Python values; ``None``: from the config
     file, else the default) before any Redis I/O."""
@@ -156,6 +168,9 @@ def consumer_options(
         "rate_limit": None
         if rate_limit is None
         else validate.rate_limit(rate_limit, "--rate-limit"),
+        "type_rate_limits": None
+        if not type_rate_limits
+        else validate.type_rate_limits(type_rate_limits, "--type-rate-limit"),
     }
     grace = None if grace_ms is None else duration_ms(grace_ms, "--grace")
     per_queue = {

@@ -77,6 +77,7 @@ QUEUE_KEYS = {
     "grace",
     "partitions",
     "rate_limit",
+    "type_rate_limits",
 }
 TOP_KEYS = {"redis", "queues", "handlers", "cron", "logs", "alerts"}
 

@@ -22,8 +22,12 @@ Lua script touching them works on Redis Cluster:
     {ns}:{q:QUEUE}:waiting     ZSET  tasks added with parents (`add --after`) still waiting
                                      for them -> their own due time (ms; _after.lua)
     {ns}:{q:QUEUE}:children    HASH  parent member -> JSON array of the members waiting for it
-    {ns}:{q:QUEUE}:rate        ZSET  claim token -> when claimed: the rate limit's window
-    {ns}:{q:QUEUE}:ratelimit   STRING "N WINDOW_MS TEXT": `rate_limit`, set by consumers
+    {ns}:{q:QUEUE}:rate        ZSET  claim token -> when claimed: the rate limit's window;
+                                     't' + token -> lane * 2**42 + when claimed: the window
+                                     of its type's own limit (`type_rate_limits`)
+    {ns}:{q:QUEUE}:ratelimit   STRING the limits, set by consumers: "N WINDOW_MS TEXT" of
+                                     `rate_limit` (or "- - -"), then a line "N WINDOW_MS
+                                     TYPE TEXT" per type
     {ns}:{q:QUEUE}:cancel      Pub/Sub channel: claim tokens of running tasks cancelled
     {ns}:{q:QUEUE}:logs        HASH  claim token -> run log (JSON: stdout, stderr, truncated)
     {ns}:{q:QUEUE}:logidx      ZSET  claim token -> when its log was written: trims `logs`

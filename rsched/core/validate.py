@@ -83,6 +83,36 @@ def rate_limit(value: Any, field: str = "rate_limit") -> tuple[int, int, str]:
     return int(n), window, value.strip()
 
 
+TYPE_RATE_FORM = 'a table of task TYPE = "N/DUR", like {"mail.send" = "10/1s"}'
+
+
+def type_rate_limits(
+    value: Any, field: str = "type_rate_limits"
+) -> tuple[tuple[str, int, int, str], ...]:
+    """Per-type rate limits: a mapping TYPE -> "N/DUR" (a TOML table), or the
+    flag's ``TYPE=N/DUR`` texts -> ((type, N, window ms, text), ...), by type."""
+    if isinstance(value, tuple) and all(isinstance(v, tuple) and len(v) == 4 for v in value):
+        return value  # checked already
+    if isinstance(value, list | tuple):  # --type-rate-limit TYPE=N/DUR, repeated
+        pairs: dict[str, Any] = {}
+        for item in value:
+            t, sep, rate = item.partition("=") if isinstance(item, str) else ("", "", "")
+            if not sep:
+                raise BadInput(field, f"{item!r} is not TYPE=N/DUR, like mail.send=10/1s")
+            if t in pairs:
+                raise BadInput(field, f"{t!r} is given twice")
+            pairs[t] = rate
+        value = pairs
+    if not isinstance(value, dict):
+        raise BadInput(field, f"{value!r} is not {TYPE_RATE_FORM}")
+    out = []
+    for t, rate in sorted(value.items()):
+        task_type(t, field)
+        n, w, text = rate_limit(rate, f"{field}.{t}")
+        out.append((t, n, w, text))
+    return tuple(out)
+
+
 PRIORITY_RULE = "a whole number from -1000 to 1000"
 
 

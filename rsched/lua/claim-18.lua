@@ -16,8 +16,10 @@
 -- KEYS[11] handles   HASH consumer id -> JSON array of the type globs it runs
 -- KEYS[12] prio      ZSET tasks of a priority other than 0 -> when to look at them (_prio.lua)
 -- KEYS[13] ready     ZSET due tasks of a priority other than 0 -> band score (_prio.lua)
--- KEYS[14] rate      ZSET claim token -> when claimed (ms): the rate limit's sliding window
--- KEYS[15] ratelimit STRING the queue's rate limit "N WINDOW_MS TEXT" (expires; see ARGV[12])
+-- KEYS[14] rate      ZSET claim token -> when claimed (ms): the rate limit's sliding window;
+--                    a type's own window (type_rate_limits): 't' .. token -> its lane * LANE
+--                    + when claimed (one ZSET, each type in its own score range, O(log N))
+-- KEYS[15] ratelimit STRING the rate limits (expires; see ARGV[12])
 -- KEYS[16] events    STREAM the queue's events (capped): run.lost / task.dead of a reap
 -- KEYS[17] waiting   ZSET tasks waiting for parents (_after.lua): a reap that sends a
 --                    task dead sends those waiting for it dead too
@@ -35,10 +37,11 @@
 -- ARGV[10] handles   optional: the JSON array stored in KEYS[11] when the consumer
 --                    (re)registers or checks; "" or absent: store nothing
 -- ARGV[11] park      optional integer: due tasks of other types parked at most per call
--- ARGV[12] rate      optional: "N WINDOW_MS TEXT" (`rate_limit = "N/DUR"`), written to
---                    KEYS[15] by a call that finds due tasks (expiring after 2 registration
---                    ttls or 2 windows, the longer); "" or absent: none given (a stored
---                    one still applies)
+-- ARGV[12] rate      optional: the rate limits, lines: first the queue's "N WINDOW_MS TEXT"
+--                    (`rate_limit = "N/DUR"`) or "- - -" (none), then one "N WINDOW_MS TYPE
+--                    TEXT" per type (`type_rate_limits`); written to KEYS[15] by a call that
+--                    finds due tasks (expiring after 2 registration ttls or 2 of its longest
+--                    window, the longer); "" or absent: none given (a stored one still applies)
 -- ARGV[13] events_max optional integer, events stream cap (absent or 0: no events)
 -- ARGV[14..] types   optional: Lua patterns (anchored) of the types this consumer runs;
 --                    none = every type (a `*` handler: parked tasks included)
@@ -52,6 +55,11 @@
 -- priority other than 0 into ready; then takes ready's bands of priority > 0, the
 -- due tasks of sched, ready's bands of priority < 0 (a consumer of some types
 -- reads at most N + park entries of each band range, taking those it runs).
+--
+-- Per-type rate limits: a call that may claim runs as a consumer of some types would
+-- (below), a type with no permit left counting as one it does not run: its due tasks
+-- are parked in its lane (once each), so the other types go on; the type's next permit
+-- counts as the due time of its parked tasks.
 --
 -- Cost of an idle call (nothing due, no lease expired, check "0"): TIME, EXISTS, two
 -- ZRANGE, one ZADD; with parked tasks in the queue a consumer that runs only some
@@ -88,11 +96,21 @@ for i = 14, #ARGV do pats[#pats + 1] = ARGV[i] end
 local filtered = #pats > 0
 local now = now_ms()
 
+-- Per-type rate limits (type -> permits left in this call), once known (below).
+local tleft = nil
+
 local function runs(t)
+  if tleft and tleft[t] and tleft[t] <= 0 then return false end
+  if #pats == 0 then return true end
   for i = 1, #pats do
     if string.find(t, pats[i]) then return true end
   end
   return false
+end
+
+-- One claim of type t taken in this call: one permit fewer.
+local function took(t)
+  if tleft and tleft[t] then tleft[t] = tleft[t] - 1 end
 end
 
 -- An error reply of a command on a key we did not type-check: name the key, like check_types.
@@ -122,6 +140,7 @@ if bad then return bad end
 -- A consumer of some types: its own lanes, and the head of the unparked due tasks
 -- (read only when something is parked: the head of the set is then in a lane).
 local lanes = {}      -- type -> lane number (every lane)
+local lane_type = {}  -- lane number -> type
 local mine = {}       -- lane numbers of the types this consumer runs
 local mine_due = false
 local function read_mine()
@@ -132,6 +151,7 @@ local function read_mine()
   for i = 1, #h, 2 do
     if h[i] ~= '#' then
       lanes[h[i]] = tonumber(h[i + 1])
+      lane_type[tonumber(h[i + 1])] = h[i]
       if runs(h[i]) then
         local lo, hi = lane_bounds(tonumber(h[i + 1]))
         if #redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'LIMIT', 0, 1) > 0 then
@@ -143,35 +163,75 @@ local function read_mine()
   end
   return nil
 end
+local reap_now = l[2] ~= nil and tonumber(l[2]) <= now
+
+-- The rate limits, read only by a call that may claim (the idle call does not).
+local rate_n, rate_w, next_permit = nil, nil, nil
+local trate = nil     -- type -> {n, window}
+local rate_keep = 0   -- the longest window
+local rl = nil
+if (has_ready or reap_now or (f[2] ~= nil and tonumber(f[2]) <= now)) and paused == 0 and maxc > 0 then
+  rl = ARGV[12]
+  if not rl or rl == '' then rl = redis.pcall('GET', KEYS[15]) end
+  if type(rl) ~= 'string' then rl = nil end
+end
+if rl then
+  local first = true
+  for line in string.gmatch(rl, '[^\n]+') do
+    if first then
+      local a, b = string.match(line, '^(%d+) (%d+)')
+      rate_n, rate_w = tonumber(a), tonumber(b)
+      if rate_w then rate_keep = rate_w end
+      first = false
+    else
+      local a, b, t = string.match(line, '^(%d+) (%d+) (%S+)')
+      if a then
+        trate = trate or {}
+        trate[t] = {tonumber(a), tonumber(b)}
+        rate_keep = math.max(rate_keep, tonumber(b))
+      end
+    end
+  end
+end
+-- A type's claims in its window: its entries in KEYS[14], in its lane's score range.
+local function type_window(t)
+  local ln = tonumber(redis.call('HGET', KEYS[10], t) or '')
+  if not ln then return nil end
+  local base = ln * LANE
+  return ln, '(' .. string.format('%d', base + now - trate[t][2]), string.format('%d', base + now)
+end
+if trate then
+  filtered = true
+  tleft = {}
+  for t, nw in pairs(trate) do
+    local ln, lo, hi = type_window(t)
+    tleft[t] = nw[1] - (ln and redis.call('ZCOUNT', KEYS[14], lo, hi) or 0)
+  end
+end
+
 if filtered and f[2] ~= nil and tonumber(f[2]) < 0 then
   bad = read_mine()
   if bad then return bad end
   f = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 end
-local reap_now = l[2] ~= nil and tonumber(l[2]) <= now
 local due_now = (f[2] ~= nil and tonumber(f[2]) <= now) or mine_due or has_ready
 
 -- The rate limit: at most N claims in any WINDOW ms (the claims of the last WINDOW ms
 -- are in KEYS[14]). With no permit left the call is an idle one (nothing due for it)
 -- and answers the next permit, when the oldest claim leaves the window, as next due.
-local rate_n, rate_w, next_permit = nil, nil, nil
-if (due_now or reap_now) and paused == 0 and maxc > 0 then
-  local rl = ARGV[12]
-  if not rl or rl == '' then rl = redis.pcall('GET', KEYS[15]) end
-  if type(rl) == 'string' then
-    local a, b = string.match(rl, '^(%d+) (%d+)')
-    rate_n, rate_w = tonumber(a), tonumber(b)
-  end
-  if rate_n and ARGV[12] and ARGV[12] ~= '' then -- a string key (SET replaces any type)
-    redis.call('SET', KEYS[15], ARGV[12], 'PX', math.max(2 * tonumber(ARGV[4]), 2 * rate_w))
+-- (the queue's own entries score below LANE; a type's are above, in its lane's range)
+local QTOP = '(' .. string.format('%d', LANE)
+if (due_now or reap_now) and paused == 0 and maxc > 0 and rl then
+  if (rate_n or trate) and ARGV[12] and ARGV[12] ~= '' then -- a string key (SET replaces any type)
+    redis.call('SET', KEYS[15], ARGV[12], 'PX', math.max(2 * tonumber(ARGV[4]), 2 * rate_keep))
   end
   if rate_n then
     local since = '(' .. string.format('%d', now - rate_w)
-    local left = rate_n - redis.call('ZCOUNT', KEYS[14], since, '+inf')
+    local left = rate_n - redis.call('ZCOUNT', KEYS[14], since, QTOP)
     if left <= 0 then
       maxc = 0
       due_now = false
-      local oldest = redis.call('ZRANGEBYSCORE', KEYS[14], since, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local oldest = redis.call('ZRANGEBYSCORE', KEYS[14], since, QTOP, 'WITHSCORES', 'LIMIT', 0, 1)
       if oldest[2] then next_permit = tonumber(oldest[2]) + rate_w end
     elseif left < maxc then
       maxc = left
@@ -255,10 +315,12 @@ local function take_ready(dst, lo, hi, want)
   local rows = redis.call('ZRANGEBYSCORE', KEYS[13], lo, hi, 'WITHSCORES', 'LIMIT', 0, n)
   local left = false
   for i = 1, #rows, 2 do
-    if not filtered or runs(task_type(rows[i])) then
+    local t = task_type(rows[i])
+    if not filtered or runs(t) then
       if #dst / 2 < maxc then
         dst[#dst + 1] = rows[i]
         dst[#dst + 1] = ready_due(tonumber(rows[i + 1]))
+        took(t)
       else
         left = true
       end
@@ -274,6 +336,14 @@ local ready_left = false
 local working = paused == 0 and maxc > 0 and (due_now or rq > 0)
 if working and rate_n then
   redis.call('ZREMRANGEBYSCORE', KEYS[14], '-inf', now - rate_w)
+end
+if working and trate then
+  for t, nw in pairs(trate) do
+    local ln = tonumber(redis.call('HGET', KEYS[10], t) or '')
+    if ln then
+      redis.call('ZREMRANGEBYSCORE', KEYS[14], string.format('%d', ln * LANE), '(' .. string.format('%d', ln * LANE + now - nw[2]))
+    end
+  end
 end
 if working then
   local ph = redis.call('ZRANGE', KEYS[12], 0, 0, 'WITHSCORES')
@@ -291,8 +361,17 @@ if working then
     for _, ln in ipairs(mine) do
       if #due / 2 >= maxc then break end
       local lo, hi = lane_bounds(ln)
-      local rows = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, maxc - #due / 2)
-      for i = 1, #rows do due[#due + 1] = rows[i] end
+      local want = maxc - #due / 2
+      local t = lane_type[ln]
+      if tleft and tleft[t] then want = math.min(want, tleft[t]) end
+      if want > 0 then
+        local rows = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, want)
+        for i = 1, #rows, 2 do
+          due[#due + 1] = rows[i]
+          due[#due + 1] = rows[i + 1]
+          took(t)
+        end
+      end
     end
     -- 2. the unparked due tasks: take the ones it runs, park the others it meets
     -- (the first read asks for just what is wanted: the common case reads no more)
@@ -308,6 +387,7 @@ if working then
           if #due / 2 < maxc then
             due[#due + 1] = m
             due[#due + 1] = sc
+            took(t)
           end
           offset = offset + 1
         else
@@ -387,19 +467,37 @@ if count > 0 then
     bulk('ZADD', KEYS[2], zadd)
   end
   if #relook > 0 then bulk('ZADD', KEYS[12], relook) end
-  if rate_n then
+  if rate_n or trate then
     local log = {}
     for j = 7, #out, 7 do
-      log[#log + 1] = now
-      log[#log + 1] = out[j + 4]
+      if rate_n then
+        log[#log + 1] = now
+        log[#log + 1] = out[j + 4]
+      end
+      local t = trate and task_type(out[j])
+      if t and trate[t] then
+        local ln = lanes[t] or tonumber(redis.call('HGET', KEYS[10], t) or '')
+        if not ln and tonumber(redis.call('HGET', KEYS[10], '#') or '0') < MAX_LANE then
+          ln = redis.call('HINCRBY', KEYS[10], '#', 1)
+          redis.call('HSET', KEYS[10], t, ln)
+        end
+        if ln then
+          lanes[t] = ln
+          log[#log + 1] = string.format('%d', ln * LANE + now)
+          log[#log + 1] = 't' .. out[j + 4]
+        end
+      end
     end
     if #log > 0 then bulk('ZADD', KEYS[14], log) end
-    redis.call('PEXPIRE', KEYS[14], rate_w)
+    redis.call('PEXPIRE', KEYS[14], rate_keep)
   end
 end
-if rate_n and not next_permit and redis.call('ZCARD', KEYS[14]) >= rate_n then
-  local oldest = redis.call('ZRANGE', KEYS[14], 0, 0, 'WITHSCORES')
-  if oldest[2] then next_permit = tonumber(oldest[2]) + rate_w end
+if rate_n and not next_permit then
+  local since = '(' .. string.format('%d', now - rate_w)
+  if redis.call('ZCOUNT', KEYS[14], since, QTOP) >= rate_n then
+    local oldest = redis.call('ZRANGEBYSCORE', KEYS[14], since, QTOP, 'WITHSCORES', 'LIMIT', 0, 1)
+    if oldest[2] then next_permit = tonumber(oldest[2]) + rate_w end
+  end
 end
 
 -- The earliest due and lease: read again only when this call changed them.
@@ -433,6 +531,31 @@ else
   end
 end
 if ready_left or (has_ready and not filtered and redis.call('EXISTS', KEYS[13]) == 1) then out[2] = now end
+-- A type out of permits with tasks parked in its lane (or left in ready): they are
+-- due at its next permit, when its oldest claim leaves its window.
+if trate then
+  local soonest = nil
+  for t, nw in pairs(trate) do
+    if tleft[t] <= 0 then
+      local ln, lo, hi = type_window(t)
+      local waiting = false
+      if ln then
+        local plo, phi = lane_bounds(ln)
+        waiting = #redis.call('ZRANGEBYSCORE', KEYS[1], plo, phi, 'LIMIT', 0, 1) > 0
+      end
+      if ln and (waiting or has_ready) then
+        local oldest = redis.call('ZRANGEBYSCORE', KEYS[14], lo, hi, 'WITHSCORES', 'LIMIT', 0, 1)
+        local at = now + 1
+        if oldest[2] then at = tonumber(oldest[2]) - ln * LANE + nw[2] end
+        if not soonest or at < soonest then soonest = at end
+      end
+    end
+  end
+  if soonest and (out[2] == -1 or soonest < out[2]) then
+    out[2] = soonest
+    out[4] = 2
+  end
+end
 -- Throttled: what is due waits for the next permit (no wake-up, no busy claims).
 if next_permit and out[2] ~= -1 and out[2] < next_permit then
   out[2] = next_permit

@@ -148,6 +148,12 @@ class QueueStats:
     #: whether it holds claims back now (no permit left in the window)
     rate_limit: str | None = None
     throttled: bool = False
+    #: tasks waiting for their parents (``add --after``): not due until they finish ok
+    waiting: int = 0
+    #: per-type rate limits (``type_rate_limits``: type -> "N/DUR" as configured), and the
+    #: types whose window is full now
+    type_rate_limits: dict[str, str] = field(default_factory=dict)
+    throttled_types: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -167,4 +173,7 @@ class QueueStats:
             "unrunnable_types": self.unrunnable_types,
             "rate_limit": self.rate_limit,
             "throttled": self.throttled,
+            "waiting": self.waiting,
+            "type_rate_limits": self.type_rate_limits,
+            "throttled_types": self.throttled_types,
         }

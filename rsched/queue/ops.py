@@ -513,7 +513,7 @@ def _runs(globs: set[str], task_type: str) -> bool:
 
 
 #: Commands per partition in queue_stats' first round trip.
-ROW = 11
+ROW = 12
 
 
 def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats]:
@@ -546,6 +546,7 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
         cmd("EXISTS", q.paused)
         cmd("ZCARD", q.ready)
         cmd("GET", q.ratelimit)
+        cmd("ZCARD", q.waiting)
     res = _exec(pipe) if flat else []
     rows = [res[ROW * j : ROW * j + ROW] for j in range(len(flat))]
     for row in rows:
@@ -590,12 +591,23 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
         unrunnable = unrunnable_lag = 0
         unrunnable_types: set[str] = set()
         rate_text, throttled = None, False
+        type_rates: dict[str, str] = {}
+        throttled_types: set[str] = set()
+        waiting = 0
         for _ in stored[name]:
-            t, d, pr, st, de, _lowest, nxt, live, pa, rd, rl, first = rows[i]
+            t, d, pr, st, de, _lowest, nxt, live, pa, rd, rl, wt, first = rows[i]
+            waiting += wt
             if rl:
-                n_w_text = rl.split(" ", 2)
-                rate_text = n_w_text[2]
-                throttled = throttled or _throttled(rs, part_names[i], n_w_text, now)
+                queue_line, *type_lines = rl.split("\n")
+                n_w_text = queue_line.split(" ", 2)
+                if n_w_text[0] != "-":
+                    rate_text = n_w_text[2]
+                    throttled = throttled or _throttled(rs, part_names[i], n_w_text, now)
+                for line in type_lines:
+                    n, w, ttype, text = line.split(" ", 3)
+                    type_rates[ttype] = text
+                    if _type_throttled(rs, part_names[i], ttype, int(n), int(w), now):
+                        throttled_types.add(ttype)
             t, d = t + rd, d + rd  # due tasks of a priority other than 0 (out of sched)
             lanes, handles = lanes_of[i], handles_of[i]
             i += 1
@@ -649,15 +661,33 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
                 unrunnable_types=sorted(unrunnable_types),
                 rate_limit=rate_text,
                 throttled=throttled,
+                waiting=waiting,
+                type_rate_limits=type_rates,
+                throttled_types=sorted(throttled_types),
             )
         )
     return out
 
 
 def _throttled(rs: Context, stored: str, n_w_text: list[str], now: int) -> bool:
-    """Whether the window of a stored queue's rate limit ("N WINDOW_MS TEXT") is full."""
+    """Whether the window of a stored queue's rate limit ("N WINDOW_MS TEXT") is full
+    (its claims score below K.LANE_MS in the window ZSET; the types' above)."""
     n, w = int(n_w_text[0]), int(n_w_text[1])
-    used = rs.redis.execute_command("ZCOUNT", rs.keys.queue(stored).rate, f"({now - w}", "+inf")
+    used = rs.redis.execute_command(
+        "ZCOUNT", rs.keys.queue(stored).rate, f"({now - w}", f"({K.LANE_MS}"
+    )
+    return int(used) >= n
+
+
+def _type_throttled(rs: Context, stored: str, task_type: str, n: int, w: int, now: int) -> bool:
+    """Whether a type's window (``type_rate_limits``) is full: its claims score its
+    lane * K.LANE_MS + when claimed (claim-18)."""
+    q = rs.keys.queue(stored)
+    lane = rs.redis.execute_command("HGET", q.lanes, task_type)
+    if lane is None:
+        return False
+    base = int(lane) * K.LANE_MS
+    used = rs.redis.execute_command("ZCOUNT", q.rate, f"({base + now - w}", base + now)
     return int(used) >= n
 
 

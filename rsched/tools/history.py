@@ -7,7 +7,8 @@ each entry's field ``j`` holds one JSON object:
     kind (cron|exec|task), name, queue, type, id, fire_ms, started_ms,
     finished_ms, duration_ms, result (ok|failed|timeout|lost|skipped|missed|cancelled),
     exit_code, host, pid, attempt, token, error (stderr tail on failure),
-    cause (absent for a scheduled tick; "manual", "after NAME"), after_token, triggered_by
+    cause (absent for a scheduled tick; "manual", "after NAME"), after_token, triggered_by;
+    a task's also claimed_ms (the server's clock at the claim) and progress (the last report)
 
 Reading is newest first, paged with XREVRANGE (never the whole stream).
 ``has_log``: the run's log is kept (``HEXISTS`` on the ``logs`` hash beside
@@ -86,7 +87,10 @@ class Record:
             "after_token": d.get("after_token"),
             "has_log": self.has_log,
         }
-        for extra in ("shard", "shard_total"):
+        if d.get("kind") == "task":  # the server's clock at the claim (rate limits)
+            out["claimed_at"] = iso(ms("claimed_ms"))
+            out["claimed_ms"] = ms("claimed_ms")
+        for extra in ("shard", "shard_total", "progress"):
             if extra in d:
                 out[extra] = d[extra]
         return out

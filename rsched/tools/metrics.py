@@ -193,13 +193,18 @@ class RschedCollector:
             "1 while the queue's rate limit (rate_limit) holds claims back.",
             labels=["queue"],
         )
+        type_throttled = core.GaugeMetricFamily(
+            "rsched_queue_type_throttled",
+            "1 while a type's own rate limit (type_rate_limits) holds its claims back.",
+            labels=["queue", "type"],
+        )
         unrunnable_lag = core.GaugeMetricFamily(
             "rsched_queue_unrunnable_lag_seconds",
             "Age of the oldest due task no live consumer can run (0 when none).",
             labels=["queue"],
         )
         for s in stats:
-            for state in ("scheduled", "due", "processing", "dead"):
+            for state in ("scheduled", "due", "waiting", "processing", "dead"):
                 tasks.add_metric([s.queue, state], getattr(s, state))
             stale.add_metric([s.queue], s.stale)
             lag.add_metric([s.queue], s.lag_ms / 1000)
@@ -208,7 +213,12 @@ class RschedCollector:
             unrunnable.add_metric([s.queue], s.unrunnable)
             unrunnable_lag.add_metric([s.queue], s.unrunnable_lag_ms / 1000)
             throttled.add_metric([s.queue], 1 if s.throttled else 0)
+            for task_type in s.type_rate_limits:
+                type_throttled.add_metric(
+                    [s.queue, task_type], 1 if task_type in s.throttled_types else 0
+                )
         yield from (tasks, stale, lag, consumers, paused, unrunnable, unrunnable_lag, throttled)
+        yield type_throttled
 
         runs = core.CounterMetricFamily(
             "rsched_task_runs",

@@ -338,6 +338,48 @@ def test_bad_declarations_name_the_argument() -> None:
         app.cron("* * * * *", concurrency="sometimes")(lambda run: None)
     with pytest.raises(BadInput, match="ttl"):
         app.locked("x", ttl="1ms")
+    with pytest.raises(BadInput, match="@app.task rate_limit.*N/DUR"):
+        app.task("a.b", rate_limit="fast")
+
+
+MAIL_APP = textwrap.dedent(
+    """
+    from rsched import App
+
+    app = App()
+
+    @app.task("mail.send", rate_limit="5/1s")
+    def send(task):
+        pass
+
+    @app.task("mail.log")
+    def log(task):
+        pass
+    """
+)
+
+
+def test_a_task_rate_limit_holds_back_its_type_across_workers(cli: Cli, tmp_path: Path, rs) -> None:
+    """@app.task(rate_limit=...): at most N runs of that type in any window, by two
+    workers together; the other task type of the queue is not held up by it."""
+    (tmp_path / "mailapp.py").write_text(MAIL_APP)
+    for i in range(15):
+        rs.add("mail.send", str(i))
+    for i in range(30):
+        rs.add("mail.log", str(i))
+    for _ in range(2):
+        cli.spawn("run", "worker", "mailapp:app", "--concurrency", "4")
+    recs = wait_for(
+        lambda: (r := records(cli, queue="default")) and len(r) == 45 and r,
+        timeout=30,
+        what="every run",
+    )
+    sent = sorted(r["claimed_ms"] for r in recs if r["type"] == "mail.send")
+    logged = [r["claimed_ms"] for r in recs if r["type"] == "mail.log"]
+    assert all(sent[i + 5] - sent[i] >= 1000 for i in range(len(sent) - 5)), sent
+    assert max(logged) < sent[-1] - 1000, "mail.log waited behind the throttled type"
+    [q] = cli.json("queues")
+    assert q["type_rate_limits"] == {"mail.send": "5/1s"}
 
 
 def test_run_worker_refuses_what_is_not_an_app(cli: Cli, appdir: Path) -> None:

@@ -62,6 +62,12 @@ def test_a_child_runs_only_after_both_parents_ran_ok(cli: Cli, rs: Rsched, tmp_p
     assert "waiting for" in shown and "dep.p p1, dep.p p2" in shown
     [row] = cli.json("list", "--state", "waiting")
     assert (row["id"], row["waiting_for"]) == ("c", ["dep.p p1", "dep.p p2"])
+    # counted as waiting, not as scheduled or due, by queues and metrics
+    [q] = cli.json("queues")
+    assert (q["waiting"], q["scheduled"] + q["due"]) == (1, 2), q
+    assert "WAITING" in cli("queues", check=0).stdout
+    metrics = cli("metrics", check=0).stdout
+    assert 'rsched_queue_tasks{queue="default",state="waiting"} 1.0' in metrics
     procs = [
         cli.spawn("run", "consumer", "--handler", f"dep.*={h}", "--concurrency", "2")
         for _ in range(3)
@@ -72,6 +78,7 @@ def test_a_child_runs_only_after_both_parents_ran_ok(cli: Cli, rs: Rsched, tmp_p
     assert (out / "child-c").read_text() == "p1 p2"
     wait_for(lambda: not rs.list(), timeout=10, what="every task acknowledged")
     assert all(p.poll() is None for p in procs)
+    assert cli.json("queues")[0]["waiting"] == 0
 
 
 def test_release_keeps_the_childs_own_due_time_and_priority(rs: Rsched) -> None:
