@@ -48,7 +48,7 @@ local function after_release(k, parent, list)
         redis.call('ZREM', k.waiting, c)
         redis.call('ZADD', k.sched, due, c)
         if r[P_PRIO] ~= 0 then redis.call('ZADD', k.prio, due, c) end
-        if redis.call('ZCOUNT', k.sched, '-inf', string.format('(%.17g', due)) == 0 then
+        if redis.call('ZCOUNT', k.sched, 0, string.format('(%.17g', due)) == 0 then
           redis.call('ZADD', k.wake, due, 'w')
         end
       end

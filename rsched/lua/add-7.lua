@@ -50,7 +50,8 @@ local function write_one(now)
     redis.call('HSET', KEYS[4], m, cjson.encode({ARGV[6], 0, maxa}))
   end
   redis.call('ZADD', KEYS[1], due, m)
-  if redis.call('ZCOUNT', KEYS[1], '-inf', string.format('(%.17g', due)) == 0 then
+  -- (parked tasks score below 0: the consumers that run them know of them already)
+  if redis.call('ZCOUNT', KEYS[1], 0, string.format('(%.17g', due)) == 0 then
     redis.call('ZADD', KEYS[5], due, 'w')
   end
   return due
@@ -249,7 +250,7 @@ elseif kept > 0 then
 end
 
 if min_due ~= nil then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if first[2] and tonumber(first[2]) >= min_due then
     redis.call('ZADD', KEYS[5], min_due, 'w')
   end

@@ -14,8 +14,7 @@ queue, consumer, cron, locks, expired, logs.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from rsched.core.defaults import EVENTS_MAXLEN
 from rsched.core.keys import ExpiredKeys, QueueKeys
@@ -443,8 +442,7 @@ def cancel_batch(
 # === consumer: claim-18, ack-9, fail-10, heartbeat-2, release-4 ================
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimReply:
+class ClaimReply(NamedTuple):
     """What ``claim-18`` answers: the server's clock, the queue's next due time and
     next lease expiry (-1: none), whether it is paused, the leases reaped, and the
     claimed tasks (7 fields each: member, payload, attempt, max_attempts, token,
@@ -652,8 +650,7 @@ def progress(
 # on one connection and the reply says how many replicas acknowledged it.)
 
 
-@dataclass(frozen=True, slots=True)
-class CronTickReply:
+class CronTickReply(NamedTuple):
     """What ``cron-tick-9`` answers: the status (see the script's header), the
     server's clock, the run's fencing token (``run``), and with a WaitPolicy the
     replicas that acknowledged the claim (else None)."""
@@ -775,8 +772,7 @@ def cron_pause(ctx: Ctx, k: CronKeys, pause: bool) -> bool:
     return int(res[0]) == 1
 
 
-@dataclass(frozen=True, slots=True)
-class CronShardReply:
+class CronShardReply(NamedTuple):
     """What ``cron-shard-8`` answers: the status ('early', 'missed', 'paused',
     'ok'), the server's clock, the items claimed with their fencing tokens, and
     with a WaitPolicy the replicas that acknowledged the claim (else None)."""
@@ -840,8 +836,7 @@ def _cron_json(record: Mapping[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
-@dataclass(frozen=True, slots=True)
-class CronForgetReply:
+class CronForgetReply(NamedTuple):
     """What ``cron-forget-13`` answers: whether it was refused (live runners and no
     force: nothing deleted), the live runners, and the keys deleted."""
 
@@ -875,8 +870,7 @@ def cron_forget(ctx: Ctx, k: CronKeys, *, force: bool) -> CronForgetReply:
     return CronForgetReply(str(res[0]) == "live", int(res[1]), int(res[2]))
 
 
-@dataclass(frozen=True, slots=True)
-class CronTriggerReply:
+class CronTriggerReply(NamedTuple):
     """What ``cron-trigger-5`` answers: the status (see its header), the server's
     clock, the cron's live runners and, for a sharded or broadcast cron, the runs
     the request asks for (its shard count, or the live runners; 0 otherwise)."""
@@ -944,8 +938,7 @@ def cron_trigger_claim(
     return CronTickReply(st, int(res[1]), int(res[2]) if st == "run" else None)
 
 
-@dataclass(frozen=True, slots=True)
-class CronTriggerItemsReply:
+class CronTriggerItemsReply(NamedTuple):
     """What ``cron-trigger-items-8`` answers: the status ('ok', 'gone', 'expired',
     'paused'), the server's clock, the run's fire_ms and the items this runner
     claimed with their fencing tokens."""
@@ -999,8 +992,7 @@ def cron_trigger_items(
 # release take the lock key itself, since a cron's run lock is one too.)
 
 
-@dataclass(frozen=True, slots=True)
-class LockAcquireReply:
+class LockAcquireReply(NamedTuple):
     """What ``lock-acquire-2`` and ``exec-acquire-3`` answer. ``status``: 'ok'
     (``token``), 'locked' (the holder's host, pid, token and TTL left), and for
     ``exec-acquire-3`` also 'done' (the tick already ran; claimed at

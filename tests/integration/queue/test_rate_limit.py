@@ -224,13 +224,26 @@ def test_a_type_throttled_idle_consumer_sleeps_and_other_types_still_run(
         sent, elapsed = _requests_while_asleep(own_server, 5)
         print(f"type-throttled idle consumer: {sent} requests in {elapsed:.1f}s")
         assert sent / elapsed <= 1.0
-        # another type added now runs at once: the throttled ones are not in its way
+        # Another type added now runs at once: the throttled ones are not in its way,
+        # and the add wakes the sleeping consumer (the parked tasks, scoring below 0,
+        # do not count as earlier work). Added just after an idle-cadence claim, so
+        # that without a wake-up it would wait the whole cadence (10 s).
+        c = own_server.client()
+
+        def claims() -> int:
+            return int(c.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+        before = claims()
+        wait_for(lambda: claims() > before, timeout=15, what="an idle-cadence claim")
+        added_ms = rs.now_ms()
         cli("add", "rl.other", "x")
-        wait_for(
-            lambda: any(r["type"] == "rl.other" for r in history(rs)),
-            timeout=10,
+        [run] = wait_for(
+            lambda: [r for r in history(rs) if r["type"] == "rl.other"],
+            timeout=15,
             what="the other type to run",
         )
+        c.close()
+        assert run["claimed_ms"] - added_ms < 5000, "not woken: it waited for the cadence"
         assert [r["type"] for r in history(rs)].count("rl.slow") == 1
         assert rs.queues()[0].due == 4
         p.terminate()
