@@ -1,5 +1,6 @@
-"""The one renderer for everything tabular: tabulate for people, JSON for
-scripts (data on stdout, diagnostics on stderr).
+"""The one renderer for everything tabular: aligned columns for people (the layout
+of tabulate's "simple" format, which a test holds it to, without its ~40 ms
+import), JSON for scripts (data on stdout, diagnostics on stderr).
 
 Text for people never carries a control character: anything read from Redis
 (a handler's stderr kept as a task's last error, a lock owner, a host name, a
@@ -79,11 +80,38 @@ def table(
         if empty:
             info(empty)
         return
-    from tabulate import tabulate
+    click.echo(simple_table([h for h, _ in columns], cells))
 
-    click.echo(
-        tabulate(cells, headers=[h for h, _ in columns], tablefmt="simple", disable_numparse=True)
+
+def text_width(text: str) -> int:
+    """Terminal columns of ``text``: East Asian wide and full-width characters take
+    two, combining marks none."""
+    if text.isascii():
+        return len(text)
+    import unicodedata
+
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
     )
+
+
+def simple_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns left-aligned, two spaces apart, each as wide as its widest cell and
+    at least its header plus two, a dashed rule under the headers; cells and line
+    ends stripped (tabulate's "simple" format, for text)."""
+    cells = [[c.strip() for c in row] for row in rows]
+    widths = [
+        max([text_width(h) + 2] + [text_width(row[i]) for row in cells])
+        for i, h in enumerate(headers)
+    ]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(
+            c + " " * (w - text_width(c)) for c, w in zip(row, widths, strict=True)
+        ).rstrip()
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, cells)])
 
 
 def record(obj: dict[str, Any], fmt: str, *, rows: Sequence[tuple[str, Any]] | None = None) -> None:
@@ -96,7 +124,7 @@ def record(obj: dict[str, Any], fmt: str, *, rows: Sequence[tuple[str, Any]] | N
         for k, v in items:
             click.echo(f"{printable(str(k))}\t{_cell(v)}")
         return
-    # Two aligned columns; no tabulate import here (it costs ~25 ms of a one-shot `rsched add`).
+    # Two aligned columns.
     # A value of several lines (a stack trace) keeps its lines, each indented under
     # the value column and escaped on its own.
     width = max((len(str(k)) for k, _ in items), default=0)
