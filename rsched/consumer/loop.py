@@ -38,6 +38,7 @@ and the whole consumer configuration, validated before any Redis I/O, are
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import os
@@ -604,7 +605,13 @@ class Consumer:
                 time.sleep(self._rnd.uniform(delay / 2, delay))
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 continue
-            if popped and not self._closed:
+            if popped and self._closed:
+                # Popped as the stop came (a BZPOPMIN sent just after _stop_waker() shut
+                # the socket reconnects): the wake-up is another consumer's; give it back.
+                with contextlib.suppress(Exception):
+                    self.rs.redis.zadd(popped[0], {popped[1]: popped[2]})
+                break
+            if popped:
                 # Listen again only when the main loop re-arms (it has room for work).
                 self._waker_armed.clear()
                 self._popped = True

@@ -15,11 +15,16 @@ loop stopping shuts such a client's sockets down under the blocked call
 * :func:`node_options` / :func:`node_client`: a plain client to one node of a
   cluster (``run expired`` subscribes on every primary), with the cluster
   client's connection options minus its cluster hooks and retries.
-* :func:`close`: disconnect every connection of a client, plain or cluster.
+* :func:`close`: disconnect every connection of a client, plain or cluster;
+* :class:`Interruptible`: a client for blocking calls that another thread ends at
+  once, whenever it comes (a loop's stop).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rsched.core.conn import is_cluster
@@ -99,6 +104,49 @@ def close(client: Any) -> None:
             client.connection_pool.disconnect()
     except Exception:  # noqa: BLE001 - best effort, at exit
         pass
+
+
+class Interruptible:
+    """A client for one thread's blocking calls (``XREAD BLOCK``) that another thread
+    ends at once with :meth:`close`, whenever it comes: before the call (it does not
+    start), during it (its socket is shut down), or just as it starts (redis-py
+    reconnects a shut connection on its next send, so :meth:`close` keeps shutting
+    the sockets down until the call in flight has returned). ``make``: builds the
+    client, on first use."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make = make
+        self._client: Any = None
+        self._busy = threading.Event()
+        self.closed = False
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(client)``, or None once closed (also when closing ended it)."""
+        self._busy.set()
+        try:
+            if self.closed:
+                return None
+            if self._client is None:
+                self._client = self._make()
+            try:
+                return fn(self._client)
+            except Exception:
+                if self.closed:
+                    return None
+                raise
+        finally:
+            self._busy.clear()
+
+    def close(self, within_s: float = 5.0) -> None:
+        """End the call in flight (if any) and every later one."""
+        self.closed = True
+        deadline = time.monotonic() + within_s
+        while True:
+            if self._client is not None:
+                close(self._client)
+            if not self._busy.is_set() or time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
 
 
 def _cluster_clone(client: Any, *, socket_timeout: float) -> Any:

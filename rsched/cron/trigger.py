@@ -69,6 +69,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rsched.core import clients, errors, validate
@@ -157,9 +158,8 @@ class Inbox:
     def __init__(self, runner: RequestHost):
         self.r = runner
         self.k = runner.k
-        self._client: Any = None
+        self._blocking = _blocking_client(runner)
         self._cursor = "0-0"
-        self._closed = False
         self._stealing: set[str] = set()
 
     def start(self) -> None:
@@ -169,24 +169,14 @@ class Inbox:
         self._cursor = _s(got[0][0]) if got else "0-0"
         self.take()
 
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = clients.clone(
-                self.r.rs.redis, socket_timeout=BLOCK_S + 10, max_connections=2
-            )
-        return self._client
-
     def idle(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` (the runner's sleep) for a request; claim what came."""
         if self.r.stop.is_set():
             return
         ms = max(int(timeout_s * 1000), 1)
-        try:
-            got = self.client().xread({self.k.trigger_wake: self._cursor}, count=100, block=ms)
-        except Exception:
-            if self.r.stop.is_set() or self._closed:
-                return  # interrupted by close() at stop
-            raise
+        got = self._blocking.call(
+            lambda c: c.xread({self.k.trigger_wake: self._cursor}, count=100, block=ms)
+        )  # None: interrupted by close() at stop
         if got:
             entries = got[0][1]
             self._cursor = _s(entries[-1][0])
@@ -293,10 +283,8 @@ class Inbox:
             r.log(f"{what}: {st}")
 
     def close(self) -> None:
-        """Interrupt a blocked wait (at stop) and drop the client."""
-        self._closed = True
-        if self._client is not None:
-            clients.close(self._client)
+        """Interrupt a blocked wait (at stop), whenever it comes."""
+        self._blocking.close()
 
 
 class AfterFollower:
@@ -307,8 +295,7 @@ class AfterFollower:
         self.r = runner
         self.after = after
         self.ak = runner.rs.keys.cron(after)
-        self._client: Any = None
-        self._closed = False
+        self._blocking = _blocking_client(runner)
         self.thread = threading.Thread(
             target=self.run, daemon=True, name=f"rsched-after-{runner.spec.name}-{after}"
         )
@@ -333,23 +320,17 @@ class AfterFollower:
         r = self.r
         cursor: str | None = None
         backoff = 0.2
-        while not r.stop.is_set() and not self._closed:
+        while not r.stop.is_set() and not self._blocking.closed:
             try:
                 if cursor is None:
                     cursor = self._cursor()
-                if self._client is None:
-                    self._client = clients.clone(
-                        r.rs.redis, socket_timeout=BLOCK_S + 10, max_connections=2
-                    )
-                got = self._client.xread(
-                    {self.ak.history: cursor}, count=100, block=int(BLOCK_S * 1000)
-                )
+                got = self._blocking.call(partial(_xread, {self.ak.history: cursor}))
                 for entry_id, fields in got[0][1] if got else []:
                     cursor = _s(entry_id)
                     self._entry(cursor, fields)
                 backoff = 0.2
             except Exception as exc:  # noqa: BLE001 - follows through outages
-                if r.stop.is_set() or self._closed:
+                if r.stop.is_set() or self._blocking.closed:
                     return
                 if not isinstance(exc, TRANSIENT):
                     r.log(f"cron {r.spec.name}: following {self.after}: {exc}")
@@ -418,9 +399,18 @@ class AfterFollower:
         return len(ok) >= total
 
     def close(self) -> None:
-        self._closed = True
-        if self._client is not None:
-            clients.close(self._client)
+        self._blocking.close()
+
+
+def _xread(streams: dict[str, str], client: Any) -> Any:
+    return client.xread(streams, count=100, block=int(BLOCK_S * 1000))
+
+
+def _blocking_client(runner: RequestHost) -> clients.Interruptible:
+    """The client of a runner's blocking reads, which its stop ends at once."""
+    return clients.Interruptible(
+        lambda: clients.clone(runner.rs.redis, socket_timeout=BLOCK_S + 10, max_connections=2)
+    )
 
 
 # --- cycles -------------------------------------------------------------------------------
