@@ -155,6 +155,8 @@ def _live(rs: Rsched, first: Snapshot, interval_ms: int, title: str, console: Co
             except (termios.error, OSError):  # the terminal is gone
                 pass
 
+    # Ctrl-C quits even when the parent left SIGINT ignored or blocked (both survive
+    # exec; Python then raises no KeyboardInterrupt and the view would go on).
     old_handlers = {
         s: signal.signal(s, h)
         for s, h in (
@@ -162,8 +164,10 @@ def _live(rs: Rsched, first: Snapshot, interval_ms: int, title: str, console: Co
             (signal.SIGTSTP, on_tstp),
             (signal.SIGTERM, on_quit),
             (signal.SIGHUP, on_quit),
+            (signal.SIGINT, on_quit),
         )
     }
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     live = Live(console=console, screen=True, auto_refresh=False, transient=True)
     try:
         if keys is not None:
