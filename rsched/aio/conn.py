@@ -28,6 +28,7 @@ from rsched.core.conn import (
     _no_setinfo,
     check_settings_url,
     cluster_mode,
+    failover_errors,
     hello_mode,
     plain_url,
     sentinel_options,
@@ -94,13 +95,16 @@ def _failover_cluster_class() -> Any:
 
     from redis.asyncio.cluster import RedisCluster
 
+    retryable = failover_errors()
+
     class FailoverCluster(RedisCluster):  # type: ignore[misc]
         async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-            backoff = FailoverBackoff()
+            backoff = None
             while True:
                 try:
                     return await super().execute_command(*args, **kwargs)
-                except backoff.retryable as exc:
+                except retryable as exc:
+                    backoff = backoff or FailoverBackoff()
                     if (wait := backoff.wait_s(exc)) is None:
                         raise
                     await asyncio.sleep(wait)

@@ -95,9 +95,8 @@ def queue_options(
         raise BadInput("--backoff-max", f"{cap}ms is shorter than --backoff ({backoff}ms)")
     timeout = pick(timeout_ms, "timeout", "--timeout", duration_ms, None)
     rate = pick(rate_limit, "rate_limit", "--rate-limit", validate.rate_limit, None)
-    per_type = dict(
-        (t[0], t) for t in pick(None, "type_rate_limits", "", validate.type_rate_limits, ())
-    )
+    stored = from_config(settings, queue, "type_rate_limits", validate.type_rate_limits)
+    per_type = {t[0]: t for t in stored or ()}
     if type_rate_limits is not None:  # the flag's (or the app's) win over the file's, per type
         given = validate.type_rate_limits(type_rate_limits, "--type-rate-limit")
         per_type.update((t[0], t) for t in given)

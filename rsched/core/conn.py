@@ -227,31 +227,36 @@ def _pinged(client: Any, settings: Settings) -> Any:
 FAILOVER_WAIT_S = 10.0
 
 
+@cache
+def failover_errors() -> tuple[type[Exception], ...]:
+    """The errors a cluster command is sent again after (:class:`FailoverBackoff`):
+    unreachable, CLUSTERDOWN / MASTERDOWN, TRYAGAIN, and ``ClusterError`` itself,
+    redis-py's "TTL exhausted" (too many redirections: a slot being migrated)."""
+    from redis import exceptions as rx
+
+    return (rx.ConnectionError, rx.ClusterError, rx.TryAgainError)
+
+
 class FailoverBackoff:
-    """When a cluster command that met a failover or a moving slot is sent again:
+    """When a cluster command that met one of :func:`failover_errors` is sent again:
     :meth:`wait_s` is the pause before the next try (50 ms doubling to 0.5 s), or
-    ``None`` to give up: after :data:`FAILOVER_WAIT_S`, or at once for an error no
-    retry can cure. A timeout is never retried (a node that took the command may
-    have run it). Shared by the sync and asyncio cluster clients."""
+    ``None`` to give up: after :data:`FAILOVER_WAIT_S`, or at once for a timeout (a
+    node that took the command may have run it). Made only once a command failed;
+    shared by the sync and asyncio cluster clients."""
 
     def __init__(self) -> None:
-        from redis import exceptions as rx
+        import time
 
-        # ClusterError itself (not a subclass) is redis-py's "TTL exhausted".
-        self.retryable = (rx.ConnectionError, rx.ClusterError, rx.TryAgainError)
-        self._timeout = rx.TimeoutError
-        self._deadline: float | None = None
+        self._deadline = time.monotonic() + FAILOVER_WAIT_S
         self._delay = 0.05
 
     def wait_s(self, exc: BaseException) -> float | None:
         import time
 
-        if not isinstance(exc, self.retryable) or isinstance(exc, self._timeout):
-            return None
+        from redis.exceptions import TimeoutError as RedisTimeout
+
         now = time.monotonic()
-        if self._deadline is None:
-            self._deadline = now + FAILOVER_WAIT_S
-        if now >= self._deadline:
+        if isinstance(exc, RedisTimeout) or now >= self._deadline:
             return None
         wait, self._delay = min(self._delay, self._deadline - now), min(self._delay * 2, 0.5)
         return wait
@@ -277,13 +282,16 @@ def _failover_cluster_class() -> Any:
 
     from redis.cluster import RedisCluster
 
+    retryable = failover_errors()
+
     class FailoverCluster(RedisCluster):  # type: ignore[misc]
         def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-            backoff = FailoverBackoff()
+            backoff = None
             while True:
                 try:
                     return super().execute_command(*args, **kwargs)
-                except backoff.retryable as exc:
+                except retryable as exc:
+                    backoff = backoff or FailoverBackoff()
                     if (wait := backoff.wait_s(exc)) is None:
                         raise
                     time.sleep(wait)

@@ -141,6 +141,16 @@ if bad then return bad end
 -- (read only when something is parked: the head of the set is then in a lane).
 local lanes = {}      -- type -> lane number (every lane)
 local lane_type = {}  -- lane number -> type
+-- A type's lane number (nil: none given out); ``create``: give it one while lanes last.
+local function lane_of(t, create)
+  local ln = lanes[t] or tonumber(redis.call('HGET', KEYS[10], t) or '')
+  if not ln and create and tonumber(redis.call('HGET', KEYS[10], '#') or '0') < MAX_LANE then
+    ln = redis.call('HINCRBY', KEYS[10], '#', 1)
+    redis.call('HSET', KEYS[10], t, ln)
+  end
+  if ln then lanes[t] = ln end
+  return ln
+end
 local mine = {}       -- lane numbers of the types this consumer runs
 local mine_due = false
 local function read_mine()
@@ -195,7 +205,7 @@ if rl then
 end
 -- A type's claims in its window: its entries in KEYS[14], in its lane's score range.
 local function type_window(t)
-  local ln = tonumber(redis.call('HGET', KEYS[10], t) or '')
+  local ln = lane_of(t, false)
   if not ln then return nil end
   local base = ln * LANE
   return ln, '(' .. string.format('%d', base + now - trate[t][2]), string.format('%d', base + now)
@@ -339,7 +349,7 @@ if working and rate_n then
 end
 if working and trate then
   for t, nw in pairs(trate) do
-    local ln = tonumber(redis.call('HGET', KEYS[10], t) or '')
+    local ln = lane_of(t, false)
     if ln then
       redis.call('ZREMRANGEBYSCORE', KEYS[14], string.format('%d', ln * LANE), '(' .. string.format('%d', ln * LANE + now - nw[2]))
     end
@@ -392,16 +402,7 @@ if working then
           offset = offset + 1
         else
           local ln = lanes[t]
-          if not ln and parked < park_limit then
-            ln = redis.call('HGET', KEYS[10], t)
-            if ln then
-              ln = tonumber(ln)
-            elseif tonumber(redis.call('HGET', KEYS[10], '#') or '0') < MAX_LANE then
-              ln = redis.call('HINCRBY', KEYS[10], '#', 1)
-              redis.call('HSET', KEYS[10], t, ln)
-            end
-            if ln then lanes[t] = ln end
-          end
+          if not ln and parked < park_limit then ln = lane_of(t, true) end
           if ln and parked < park_limit then
             redis.call('ZADD', KEYS[1], string.format('%d', tonumber(sc) - ln * LANE), m)
             parked = parked + 1
@@ -475,17 +476,10 @@ if count > 0 then
         log[#log + 1] = out[j + 4]
       end
       local t = trate and task_type(out[j])
-      if t and trate[t] then
-        local ln = lanes[t] or tonumber(redis.call('HGET', KEYS[10], t) or '')
-        if not ln and tonumber(redis.call('HGET', KEYS[10], '#') or '0') < MAX_LANE then
-          ln = redis.call('HINCRBY', KEYS[10], '#', 1)
-          redis.call('HSET', KEYS[10], t, ln)
-        end
-        if ln then
-          lanes[t] = ln
-          log[#log + 1] = string.format('%d', ln * LANE + now)
-          log[#log + 1] = 't' .. out[j + 4]
-        end
+      local ln = t and trate[t] and lane_of(t, true)
+      if ln then
+        log[#log + 1] = string.format('%d', ln * LANE + now)
+        log[#log + 1] = 't' .. out[j + 4]
       end
     end
     if #log > 0 then bulk('ZADD', KEYS[14], log) end

@@ -89,6 +89,10 @@ def test_command_handler_writes_progress_lines_to_its_fd(
     [rec] = history(rs)
     assert rec["result"] == "ok"
     assert (rec["progress"]["fraction"], rec["progress"]["message"]) == (0.9, "almost")
+    # and `history --json` shows it, with the server's clock at the claim
+    [shown] = cli.json("history", "--queue", "default")
+    assert shown["progress"]["message"] == "almost"
+    assert shown["claimed_ms"] == rec["claimed_ms"] and shown["claimed_at"].endswith("Z")
 
 
 def test_a_new_claim_clears_the_last_attempts_progress(rs: Rsched, cli: Cli) -> None:
