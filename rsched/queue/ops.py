@@ -7,6 +7,7 @@ dead-letter handling, pause/resume. Writes go through the Lua core
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from rsched.core import keys as K
@@ -597,17 +598,14 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
         for _ in stored[name]:
             t, d, pr, st, de, _lowest, nxt, live, pa, rd, rl, wt, first = rows[i]
             waiting += wt
-            if rl:
-                queue_line, *type_lines = rl.split("\n")
-                n_w_text = queue_line.split(" ", 2)
-                if n_w_text[0] != "-":
-                    rate_text = n_w_text[2]
-                    throttled = throttled or _throttled(rs, part_names[i], n_w_text, now)
-                for line in type_lines:
-                    n, w, ttype, text = line.split(" ", 3)
-                    type_rates[ttype] = text
-                    if _type_throttled(rs, part_names[i], ttype, int(n), int(w), now):
-                        throttled_types.add(ttype)
+            queue_rate, per_type = _stored_rates(rl)
+            if queue_rate is not None:
+                rate_text = queue_rate[2]
+                throttled = throttled or _throttled(rs, part_names[i], queue_rate, now)
+            for ttype, n, w, text in per_type:
+                type_rates[ttype] = text
+                if _type_throttled(rs, part_names[i], ttype, n, w, now):
+                    throttled_types.add(ttype)
             t, d = t + rd, d + rd  # due tasks of a priority other than 0 (out of sched)
             lanes, handles = lanes_of[i], handles_of[i]
             i += 1
@@ -669,10 +667,31 @@ def queue_stats(rs: Context, queues: list[str] | None = None) -> list[QueueStats
     return out
 
 
-def _throttled(rs: Context, stored: str, n_w_text: list[str], now: int) -> bool:
-    """Whether the window of a stored queue's rate limit ("N WINDOW_MS TEXT") is full
-    (its claims score below K.LANE_MS in the window ZSET; the types' above)."""
-    n, w = int(n_w_text[0]), int(n_w_text[1])
+_RATE_LINE = re.compile(r"(\d+) (\d+) (.+)")
+_TYPE_RATE_LINE = re.compile(r"(\d+) (\d+) (\S+) (.+)")
+
+
+def _stored_rates(
+    raw: str | None,
+) -> tuple[tuple[int, int, str] | None, list[tuple[str, int, int, str]]]:
+    """The limits the consumers stored (claim-18's ARGV[12]): the queue's (N, window
+    ms, text) or None, and each type's (type, N, window ms, text); a line that is not
+    of that form (the key is someone else's) is left out, as the claim script does."""
+    if not raw:
+        return None, []
+    queue_line, *type_lines = raw.split("\n")
+    m = _RATE_LINE.fullmatch(queue_line)
+    queue_rate = (int(m[1]), int(m[2]), m[3]) if m else None
+    per_type = [
+        (m[3], int(m[1]), int(m[2]), m[4]) for m in map(_TYPE_RATE_LINE.fullmatch, type_lines) if m
+    ]
+    return queue_rate, per_type
+
+
+def _throttled(rs: Context, stored: str, rate: tuple[int, int, str], now: int) -> bool:
+    """Whether the window of a stored queue's rate limit is full (its claims score
+    below K.LANE_MS in the window ZSET; the types' above)."""
+    n, w = rate[0], rate[1]
     used = rs.redis.execute_command(
         "ZCOUNT", rs.keys.queue(stored).rate, f"({now - w}", f"({K.LANE_MS}"
     )

@@ -275,3 +275,19 @@ def test_bad_type_rate_limits_are_refused_before_connecting(cli: Cli, tmp_path: 
     )
     res = cli("run", "consumer", "--handler", "t=true", check=None)
     assert "queues.default.type_rate_limits.mail.send" in res.stderr, res.stderr
+
+
+def test_queues_reads_stored_limits_it_does_not_understand_without_failing(
+    cli: Cli, rs: Rsched
+) -> None:
+    """The limits key holds what consumers wrote; a line of another form (someone
+    else's data) is left out, as the claim script does, and `queues` still answers."""
+    cli("add", "a.t", "1", check=0)
+    key = rs.keys.queue("default").ratelimit
+    rs.redis.set(key, "not a limit\n5 1000 a.t 5/1s\nbroken line\n<b>x</b>")
+    [row] = cli.json("queues")
+    assert row["rate_limit"] is None and row["type_rate_limits"] == {"a.t": "5/1s"}
+    rs.redis.set(key, "\x1b]0;title\x07")
+    [row] = cli.json("queues")
+    assert row["rate_limit"] is None and row["type_rate_limits"] == {}
+    assert "\x1b" not in cli("queues", check=0).stdout
